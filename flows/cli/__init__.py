@@ -1,0 +1,51 @@
+"""The ``gridshift`` command line. Thin commands; one exit-code table.
+
+Exit codes: 0 ok · 1 the job failed, or a bug · 2 bad input (policy, arguments, trace) ·
+3 environment (no GPU, no permission, provider unreachable and no fallback).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from flows.cli._errors import run_guarded
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="gridshift",
+    help="Carbon-aware scheduling and GPU energy control for recurring training jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"gridshift {version('gridshift')}")
+        except PackageNotFoundError:
+            typer.echo("gridshift (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """gridshift: make GPU training cleaner without making it late."""
+
+
+# Each command module registers itself on ``app``; one import per room of the CLI.
+from flows.cli import policy as _policy  # noqa: E402,F401
+from flows.cli import run as _run  # noqa: E402,F401
+from flows.cli import intensity as _intensity  # noqa: E402,F401
+
+
+def main() -> None:
+    sys.exit(run_guarded(app))

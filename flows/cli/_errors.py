@@ -1,0 +1,61 @@
+"""The one place where errors become exit codes and one-line messages."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import typer
+
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "EXIT_ENV", "exit_code_for", "fail", "run_guarded"]
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_ENV = 0, 1, 2, 3
+
+
+def exit_code_for(exc: BaseException) -> int:
+    from backends.errors import DeviceLost, NoDevice, NoPermission, UnknownBackend, Unsupported
+    from carbon.errors import BadTrace, CarbonError
+    from scheduler.errors import LedgerError, PolicyError
+
+    if isinstance(exc, (PolicyError, BadTrace, UnknownBackend)):
+        return EXIT_INPUT
+    if isinstance(exc, (CarbonError, NoDevice, NoPermission, DeviceLost, Unsupported, LedgerError)):
+        return EXIT_ENV
+    if isinstance(exc, LookupError):
+        return EXIT_INPUT
+    return EXIT_FAILED
+
+
+def fail(exc: BaseException | str, code: int | None = None) -> "typer.Exit":
+    """Print one line to stderr and return the Exit to raise."""
+    text = str(exc)
+    print(f"gridshift: error: {text}" if not text.startswith("gridshift") else text, file=sys.stderr)
+    return typer.Exit(code if code is not None else exit_code_for(exc) if isinstance(exc, BaseException) else EXIT_FAILED)
+
+
+def run_guarded(app: Any) -> int:
+    """Run the typer app; anything unexpected is one line and exit 1, never a traceback."""
+    try:
+        app(standalone_mode=False)
+        return EXIT_OK
+    except typer.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        print("gridshift: interrupted", file=sys.stderr)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("gridshift: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: say so in one line; GRIDSHIFT_DEBUG=1 shows the traceback
+        import os
+
+        if os.environ.get("GRIDSHIFT_DEBUG"):
+            raise
+        code = exit_code_for(exc)
+        prefix = "gridshift: internal error" if code == EXIT_FAILED else "gridshift: error"
+        print(f"{prefix}: {type(exc).__name__}: {exc}" if code == EXIT_FAILED else f"{prefix}: {exc}", file=sys.stderr)
+        return code

@@ -1,0 +1,121 @@
+"""``gridshift run POLICY [-- CMD ...]`` and ``gridshift runs``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from flows.cli import app
+from flows.cli._errors import EXIT_FAILED, EXIT_INPUT, fail
+
+
+def _quiet_prefect_defaults() -> None:
+    """Offline-friendly Prefect defaults; users' explicit settings win."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+
+
+def _terminate_as_exception(signum: int, _frame: Any) -> None:
+    # Turn SIGTERM into an exception so every `finally` (settings restore, report) runs.
+    raise SystemExit(128 + signum)
+
+
+def _human(report: dict[str, Any]) -> str:
+    label = "measured" if report["measured"] else "SIMULATED - modelled, not measured"
+    lines = [
+        f"gridshift run {report['run_id']}: {report['status']}",
+        f"  job        {report['job']} (backend {report['backend']})",
+        f"  decision   {report['modes'][0]['mode'] if report['modes'] else '-'} mode: {report['decision_reason']}",
+        f"  start      {report['started_at'][:19].replace('T', ' ')} UTC (deferred {report['deferred_s']:.0f} s)",
+        f"  duration   {report['duration_s']:.1f} s",
+        f"  energy     {report['energy_j']:.1f} J ({label})",
+        f"  carbon     {report['carbon_g']:.4f} g CO2eq",
+        f"  intensity  {report['intensity_g_per_kwh']:.0f} gCO2/kWh ({report['intensity_kind']}, {report['intensity_source']})",
+    ]
+    if len(report["modes"]) > 1:
+        lines.append("  modes      " + " -> ".join(f"{m['mode']}@{m['start'][11:19]}" for m in report["modes"]))
+    for w in report.get("warnings", []):
+        lines.append(f"  warning    {w}")
+    if report.get("error"):
+        lines.append(f"  error      {report['error']}")
+    return "\n".join(lines)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def run(
+    policy: Annotated[Path, typer.Argument(help="Policy YAML file.")],
+    command: Annotated[Optional[list[str]], typer.Argument(help="Training command after `--` (overrides the policy's job).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout; logs go to stderr.")] = False,
+    backend: Annotated[Optional[str], typer.Option(help="Override the policy's backend (auto, nvidia, simulated, ...).")] = None,
+) -> None:
+    """Run the job under POLICY through a Prefect flow and report energy, time and carbon."""
+    from scheduler.errors import PolicyError
+    from scheduler.ledger import Ledger
+    from scheduler.policy_io import load_policy
+
+    try:
+        load_policy(policy)  # fail fast on bad input, before Prefect starts
+    except PolicyError as exc:
+        raise fail(exc, EXIT_INPUT) from None
+    _quiet_prefect_defaults()
+    from flows.job import JobFailed
+    from flows.training import carbon_aware_training, new_run_id
+
+    previous = signal.signal(signal.SIGTERM, _terminate_as_exception)
+    run_id = new_run_id()
+    real_stdout = sys.stdout
+    try:
+        # Prefect and the job may print; keep stdout for the report alone.
+        sys.stdout = sys.stderr
+        state = carbon_aware_training(policy_path=str(policy), run_id=run_id, command=command or None,
+                                      backend_name=backend, return_state=True)
+    finally:
+        sys.stdout = real_stdout
+        signal.signal(signal.SIGTERM, previous)
+    with Ledger() as ledger:
+        found = [r for r in ledger.runs(limit=50) if r["run_id"] == run_id]
+    if not found:
+        exc = state.result(raise_on_failure=False)
+        raise fail(exc if isinstance(exc, BaseException) else f"run {run_id} failed before it could be recorded")
+    report = found[0]
+    if json_out:
+        typer.echo(json.dumps(report, sort_keys=True))
+    else:
+        typer.echo(_human(report))
+    if report["status"] != "completed":
+        if not json_out:
+            typer.echo(f"gridshift: error: {report['error'] or 'the run failed'}", err=True)
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def runs(
+    json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    job: Annotated[Optional[str], typer.Option(help="Only runs of this job.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many runs, newest first.")] = 20,
+) -> None:
+    """List recorded runs (newest first) from the ledger."""
+    from scheduler.ledger import Ledger
+
+    with Ledger() as ledger:
+        rows = ledger.runs(job=job, limit=limit)
+    if json_out:
+        typer.echo(json.dumps(rows, sort_keys=True))
+        return
+    if not rows:
+        typer.echo(f"no runs recorded yet (ledger: {ledger.path})")
+        return
+    typer.echo(f"{'run id':<24} {'job':<16} {'status':<9} {'backend':<10} {'energy J':>10} {'carbon g':>9} {'time s':>8}")
+    for r in rows:
+        tag = "" if r["measured"] else "*"
+        typer.echo(f"{r['run_id']:<24} {r['job'][:16]:<16} {r['status']:<9} {r['backend']:<10} "
+                   f"{r['energy_j']:>9.1f}{tag or ' '} {r['carbon_g']:>9.4f} {r['duration_s']:>8.1f}")
+    if any(not r["measured"] for r in rows):
+        typer.echo("* simulated backend: modelled energy")

@@ -1,0 +1,32 @@
+"""Build the carbon failover chain from a policy (the composition root for carbon providers)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from carbon.monitor import CarbonMonitor, SourceSpec
+from carbon.providers import get_provider
+from carbon.providers.base import Provider
+from scheduler.policy import CarbonSource, Policy
+
+__all__ = ["monitor_for", "provider_for"]
+
+
+def provider_for(source: CarbonSource) -> Provider:
+    options: dict[str, Any] = dict(source.options)
+    if source.zone is not None:
+        options.setdefault("zone", source.zone)
+    if source.base_url is not None:
+        options["base_url"] = source.base_url
+    return get_provider(source.provider, **options)
+
+
+def _label(source: CarbonSource) -> str:
+    return source.provider + (f"[{source.zone}]" if source.zone else "")
+
+
+def monitor_for(policy: Policy) -> CarbonMonitor:
+    chain = [policy.carbon, *policy.carbon.fallbacks]
+    specs = [SourceSpec(label=_label(s), build=(lambda s=s: provider_for(s))) for s in chain]
+    return CarbonMonitor(specs, forecast_horizon=timedelta(seconds=policy.carbon.forecast_horizon_s))

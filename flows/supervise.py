@@ -1,0 +1,123 @@
+"""Run the job under the policy: apply a mode, meter it, re-decide every interval, record the spans.
+
+Plain Python (no Prefect), so the control loop is testable with an injected clock. The flow in
+:mod:`flows.training` calls :func:`supervise` inside one task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Callable
+
+from backends.base import Backend
+from backends.types import Capabilities
+from carbon.monitor import CarbonMonitor, Reading
+from flows.job import JobHandle
+from scheduler.decide import Decision, ModeState, decide
+from scheduler.modes import resolve_settings
+from scheduler.policy import Policy
+from scheduler.report import ModeSpan, joules_to_grams
+
+__all__ = ["SupervisedRun", "supervise"]
+
+
+@dataclass
+class SupervisedRun:
+    spans: list[ModeSpan] = field(default_factory=list)
+    exit_code: int | None = None
+    tail: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def energy_j(self) -> float:
+        return sum(s.energy_j for s in self.spans)
+
+    @property
+    def carbon_g(self) -> float:
+        return sum(s.carbon_g for s in self.spans)
+
+
+def supervise(
+    *,
+    policy: Policy,
+    backend: Backend,
+    caps: Capabilities,
+    control: bool,
+    monitor: CarbonMonitor,
+    first: Decision,
+    first_reading: Reading,
+    start_job: Callable[[dict[str, str]], JobHandle],
+    now: Callable[[], datetime],
+    log: Callable[[str], None],
+    deadline: datetime | None = None,
+    out: SupervisedRun | None = None,
+) -> SupervisedRun:
+    """Run one job to the end. ``out`` is filled as the run goes, so a failure keeps what was measured."""
+    run = out if out is not None else SupervisedRun()
+    meter = backend.meter()
+    interval_s = policy.rules.interval_s
+    reading = first_reading
+    decision = first
+    state = ModeState(mode=decision.mode, since=now())
+    run.sources.append(reading.source)
+    expected_s = policy.job.expected_duration_s
+    started = now()
+
+    def enter(mode: str, reason: str) -> tuple[str, datetime, str]:
+        settings = resolve_settings(policy.modes[mode], caps)
+        if control:
+            applied = backend.apply(settings)
+            described = applied.describe()
+        else:
+            described = f"measure-only (would apply {settings.describe()})"
+        log(f"mode {mode}: {described}")
+        meter.begin(f"{mode}@{len(run.spans)}")
+        return mode, now(), described
+
+    def close_span(mode: str, since: datetime, described: str, reason: str) -> None:
+        window = meter.end(f"{mode}@{len(run.spans)}")
+        end = now()
+        g = reading.series.mean_over(since, end) if end > since else reading.current.g_per_kwh
+        if g is None:
+            g = reading.current.g_per_kwh
+        run.spans.append(ModeSpan(mode=mode, start=since, end=end, reason=reason, settings=described,
+                                  energy_j=window.energy_j, g_per_kwh=g, carbon_g=joules_to_grams(window.energy_j, g)))
+
+    mode_settings_env = {
+        "GRIDSHIFT_MODE": decision.mode,
+        **({"GRIDSHIFT_BATCH_SIZE": str(policy.modes[decision.mode].batch_size)} if policy.modes[decision.mode].batch_size else {}),
+    }
+    mode, since, described = enter(decision.mode, decision.reason)
+    reason = decision.reason
+    handle = start_job(mode_settings_env)
+    try:
+        while True:
+            rc = handle.wait(timeout_s=interval_s)
+            if rc is not None:
+                run.exit_code = rc
+                break
+            t = now()
+            try:
+                reading = monitor.read(t)
+                if reading.source not in run.sources:
+                    run.sources.append(reading.source)
+            except Exception as exc:  # keep the current mode on a signal outage
+                run.warnings.append(f"{t:%H:%M:%S}: carbon signal unavailable ({exc}); keeping {mode} mode")
+                continue
+            done_s = (t - started).total_seconds()
+            remaining = max(expected_s - done_s, 0.0)
+            nxt = decide(policy, reading.series, state, now=t, remaining_work_s=remaining, deadline=deadline)
+            if nxt.mode != mode:
+                log(f"switching {mode} -> {nxt.mode}: {nxt.reason}")
+                close_span(mode, since, described, reason)
+                state = state.switch(nxt.mode, t)
+                mode, since, described = enter(nxt.mode, nxt.reason)
+                reason = nxt.reason
+    finally:
+        if run.exit_code is None:
+            handle.kill()
+        run.tail = handle.tail
+        close_span(mode, since, described, reason)
+    return run

@@ -1,0 +1,176 @@
+"""The Prefect flow that runs one training job under a policy. Wiring only.
+
+Tasks: read intensity -> decide -> wait until start -> apply mode & run job (re-deciding every
+interval, metering each mode span) -> restore settings (always) -> record the report (ledger +
+artifact). A failed job fails the flow run, after its report is recorded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from backends.base import Backend
+from backends.registry import create_backend
+from carbon.monitor import CarbonMonitor, Reading
+from flows.artifacts import artifact_key, report_markdown
+from flows.job import JobFailed, JobHandle, start_callable, start_command
+from flows.sources import monitor_for
+from flows.supervise import SupervisedRun, supervise
+from scheduler.decide import Decision, decide
+from scheduler.ledger import Ledger
+from scheduler.policy import Policy
+from scheduler.policy_io import load_policy
+from scheduler.report import RunReport
+
+__all__ = ["carbon_aware_training", "new_run_id"]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_run_id() -> str:
+    return f"{_utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+@task(name="read intensity", cache_policy=NO_CACHE)
+def read_intensity(monitor: CarbonMonitor, now: datetime) -> Reading:
+    return monitor.read(now)
+
+
+@task(name="decide", cache_policy=NO_CACHE)
+def decide_mode(policy: Policy, reading: Reading, now: datetime, deadline: datetime | None) -> Decision:
+    return decide(policy, reading.series, now=now, start_at=now,
+                  remaining_work_s=policy.job.expected_duration_s, deadline=deadline)
+
+
+@task(name="wait until start", cache_policy=NO_CACHE)
+def wait_until(start_at: datetime, now: Callable[[], datetime] = _utcnow, sleep: Callable[[float], None] = time.sleep) -> float:
+    logger = get_run_logger()
+    waited = 0.0
+    while (left := (start_at - now()).total_seconds()) > 0:
+        logger.info("waiting %.0f s more until %s UTC", left, f"{start_at:%H:%M}")
+        step = min(left, 60.0)
+        sleep(step)
+        waited += step
+    return waited
+
+
+@task(name="run job under policy", cache_policy=NO_CACHE)
+def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision,
+                   reading: Reading, command: list[str] | None, deadline: datetime | None, out: SupervisedRun) -> SupervisedRun:
+    logger = get_run_logger()
+    caps = backend.capabilities()
+
+    def start_job(env: dict[str, str]) -> JobHandle:
+        job_env = {**policy.job.env, **env}
+        if command:
+            return start_command(command, on_line=logger.info, env=job_env, cwd=policy.job.workdir)
+        if policy.job.command:
+            return start_command(policy.job.command, on_line=logger.info, env=job_env, cwd=policy.job.workdir)
+        assert policy.job.callable is not None
+        return start_callable(policy.job.callable, env=job_env, on_line=logger.info)
+
+    return supervise(policy=policy, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
+                     first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline, out=out)
+
+
+@task(name="restore settings", cache_policy=NO_CACHE)
+def restore_settings(backend: Backend) -> None:
+    backend.restore()
+
+
+@task(name="record report", cache_policy=NO_CACHE)
+def record_report(report: dict[str, Any], ledger_path: str | None) -> None:
+    with Ledger(ledger_path) as ledger:
+        ledger.record(report)
+    create_markdown_artifact(key=artifact_key(report["job"]), markdown=report_markdown(report),
+                             description=f"gridshift run {report['run_id']}")
+
+
+@dataclass
+class _Control:
+    allowed: bool
+    warning: str = ""
+
+
+def _probe_control(backend: Backend) -> _Control:
+    caps = backend.capabilities()
+    if caps.can_control:
+        return _Control(True)
+    return _Control(False, f"cannot change GPU settings ({caps.control_note or 'no permission'}); running measure-only")
+
+
+@flow(name="carbon_aware_training", log_prints=True, validate_parameters=False)
+def carbon_aware_training(
+    policy_path: str,
+    run_id: str | None = None,
+    command: list[str] | None = None,
+    backend_name: str | None = None,
+    ledger_path: str | None = None,
+) -> dict[str, Any]:
+    """Run the policy's job (or ``command``) under the policy; returns the report dict."""
+    logger = get_run_logger()
+    policy = load_policy(policy_path)
+    run_id = run_id or new_run_id()
+    nominal = _utcnow()
+    deadline = nominal + timedelta(seconds=policy.job.deadline_s) if policy.job.deadline_s else None
+    monitor = monitor_for(policy)
+    reading = read_intensity(monitor, nominal)
+    for failure in reading.failures:
+        logger.warning("carbon source failed over: %s", failure)
+    decision = decide_mode(policy, reading, nominal, deadline)
+    logger.info("decision: %s mode — %s", decision.mode, decision.reason)
+    earliest = nominal + timedelta(seconds=max(policy.job.earliest_start_s, 0.0))
+    start_at = max(decision.start_at, earliest)
+    wait_until(start_at)
+
+    backend = create_backend(backend_name or policy.backend.name, **policy.backend.options)
+    control = _probe_control(backend)
+    warnings = [f"carbon: {f}" for f in reading.failures]
+    if control.warning:
+        logger.warning(control.warning)
+        warnings.append(control.warning)
+    if not backend.measured:
+        logger.warning("backend %r is simulated: energy and carbon figures are modelled, not measured", backend.name)
+    started = _utcnow()
+    run = SupervisedRun()
+    error = ""
+    try:
+        run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run)
+    except BaseException as exc:  # the report is still written, then the flow fails
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        restore_settings(backend)
+        backend.close()
+        monitor.close()
+        ended = _utcnow()
+        status = "completed" if (run.exit_code == 0 and not error) else "failed"
+        if run.exit_code not in (0, None) and not error:
+            error = str(JobFailed(run.exit_code, run.tail))
+        warnings.extend(run.warnings)
+        energy_j = run.energy_j
+        report = RunReport(
+            run_id=run_id, policy=str(policy_path), job=policy.job.name, status=status, backend=backend.name,
+            measured=backend.measured, nominal_start=nominal, started_at=started, ended_at=ended,
+            deferred_s=(started - nominal).total_seconds(), duration_s=(ended - started).total_seconds(),
+            energy_j=energy_j, carbon_g=run.carbon_g,
+            intensity_g_per_kwh=(run.carbon_g / energy_j * 3.6e6) if energy_j > 0 else reading.current.g_per_kwh,
+            intensity_kind=reading.current.kind, intensity_source=reading.current.source or reading.source,
+            modes=tuple(run.spans), decision_reason=decision.reason, exit_code=run.exit_code, error=error,
+            warnings=tuple(warnings), carbon_sources=tuple(run.sources),
+        ).to_json()
+        record_report(report, ledger_path)
+    if status != "completed":
+        raise JobFailed(run.exit_code if run.exit_code is not None else 1, run.tail)
+    return report

@@ -1,0 +1,40 @@
+"""scheduler: policy files, decisions (mode + start time), the ledger, and the scheduling service.
+
+Imports carbon, backends and plans; never flows.
+"""
+
+from scheduler.decide import Decision, ModeState, classify, decide, percentile_rank
+from scheduler.errors import LedgerError, PolicyError, SchedulerError
+from scheduler.ledger import Ledger, gridshift_home
+from scheduler.modes import resolve_settings
+from scheduler.policy import AbsoluteRule, BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Policy, RelativeRule
+from scheduler.policy_io import load_policy, parse_policy, policy_json_schema
+from scheduler.report import ModeSpan, RunReport, joules_to_grams
+
+__all__ = [
+    "AbsoluteRule",
+    "BackendConfig",
+    "CarbonConfig",
+    "CarbonSource",
+    "Decision",
+    "JobSpec",
+    "Ledger",
+    "LedgerError",
+    "Mode",
+    "ModeSpan",
+    "ModeState",
+    "Policy",
+    "PolicyError",
+    "RelativeRule",
+    "RunReport",
+    "SchedulerError",
+    "classify",
+    "decide",
+    "gridshift_home",
+    "joules_to_grams",
+    "load_policy",
+    "parse_policy",
+    "percentile_rank",
+    "policy_json_schema",
+    "resolve_settings",
+]

@@ -1,0 +1,120 @@
+"""The run ledger: one SQLite row per run holding the whole report as JSON.
+
+Location: ``$GRIDSHIFT_HOME/ledger.sqlite3`` (default ``~/.local/share/gridshift``). The schema is
+versioned; migrations are explicit and run on open.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from scheduler.errors import LedgerError
+
+__all__ = ["gridshift_home", "Ledger", "LEDGER_SCHEMA_VERSION"]
+
+LEDGER_SCHEMA_VERSION = 1
+
+
+def gridshift_home() -> Path:
+    """``$GRIDSHIFT_HOME`` or the user's data directory."""
+    env = os.environ.get("GRIDSHIFT_HOME")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gridshift"
+
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        job TEXT NOT NULL,
+        status TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        energy_j REAL,
+        carbon_g REAL,
+        duration_s REAL,
+        report TEXT NOT NULL
+    );
+    CREATE INDEX runs_job ON runs(job, created_at);
+    """,
+}
+
+
+class Ledger:
+    """Append and list run reports. Use as a context manager or call ``close()``."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else gridshift_home() / "ledger.sqlite3"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{self.path}: cannot open the run ledger: {exc}") from None
+        except OSError as exc:
+            raise LedgerError(f"{self.path}: cannot create the run ledger: {exc}") from None
+
+    def _migrate(self) -> None:
+        with self._db:
+            self._db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = self._db.execute("SELECT version FROM schema_version").fetchone()
+            current = row[0] if row else 0
+            if current > LEDGER_SCHEMA_VERSION:
+                raise LedgerError(
+                    f"{self.path}: ledger schema version {current} is newer than this gridshift understands "
+                    f"({LEDGER_SCHEMA_VERSION}); upgrade gridshift"
+                )
+            for version in range(current + 1, LEDGER_SCHEMA_VERSION + 1):
+                self._db.executescript(_MIGRATIONS[version])
+            if row is None:
+                self._db.execute("INSERT INTO schema_version VALUES (?)", (LEDGER_SCHEMA_VERSION,))
+            else:
+                self._db.execute("UPDATE schema_version SET version = ?", (LEDGER_SCHEMA_VERSION,))
+
+    def record(self, report: dict[str, Any]) -> None:
+        """Insert (or replace) one run report (the dict from ``RunReport.to_json()``)."""
+        try:
+            with self._db:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        report["run_id"], report["started_at"], report["policy"], report["job"], report["status"],
+                        report["backend"], report.get("energy_j"), report.get("carbon_g"), report.get("duration_s"),
+                        json.dumps(report, sort_keys=True),
+                    ),
+                )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{self.path}: cannot record run: {exc}") from None
+
+    def runs(self, *, job: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Reports, newest first."""
+        sql = "SELECT report FROM runs"
+        args: list[Any] = []
+        if job is not None:
+            sql += " WHERE job = ?"
+            args.append(job)
+        sql += " ORDER BY created_at DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        try:
+            return [json.loads(r[0]) for r in self._db.execute(sql, args)]
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{self.path}: cannot read runs: {exc}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,190 @@
+"""Policy files: what a user writes to say how a job should run. Frozen, strict pydantic models.
+
+Every model forbids unknown keys, so a typo is an error with a file and line (see
+:mod:`scheduler.policy_io`), never a silently ignored setting. Units are in the field names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Strict",
+    "CarbonSource",
+    "CarbonConfig",
+    "Mode",
+    "AbsoluteRule",
+    "RelativeRule",
+    "Rule",
+    "JobSpec",
+    "BackendConfig",
+    "Policy",
+]
+
+SCHEMA_VERSION = 1
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CarbonSource(Strict):
+    """One grid-intensity source: a provider name, the zone and provider-specific options."""
+
+    provider: str = Field(description="trace, static, electricitymaps, watttime, ukgrid, casdk")
+    zone: str | None = Field(default=None, description="zone (Electricity Maps), region (WattTime), location (Carbon Aware SDK), region id (UK)")
+    base_url: str | None = Field(default=None, description="replace the provider's public scheme and host (self-hosted proxies, tests)")
+    options: dict[str, Any] = Field(default_factory=dict, description="provider options, e.g. path/column for trace, country for static")
+
+
+class CarbonConfig(CarbonSource):
+    """The primary source, then fallbacks tried in order when it fails."""
+
+    fallbacks: tuple[CarbonSource, ...] = Field(default=(), description="tried in order when the primary fails")
+    poll_interval_s: float = Field(default=300.0, gt=0, description="how often the monitor polls")
+    max_staleness_s: float = Field(default=3600.0, gt=0, description="older values are stale and trigger failover")
+    forecast_horizon_s: float = Field(default=86400.0, gt=0, description="how far ahead to ask for a forecast")
+
+
+class Mode(Strict):
+    """Named hardware settings. Unset fields leave the hardware as found."""
+
+    power_limit_w: float | None = Field(default=None, gt=0, description="absolute GPU power limit in W")
+    power_limit_fraction: float | None = Field(default=None, gt=0, le=1, description="power limit as a fraction of the device maximum")
+    sm_clock_mhz: tuple[int, int] | None = Field(default=None, description="locked SM clock range [min, max] in MHz (an int locks both)")
+    mem_clock_mhz: int | None = Field(default=None, gt=0, description="locked memory clock (GeForce only; HBM parts refuse)")
+    batch_size: int | None = Field(default=None, gt=0, description="batch size handed to the job (GRIDSHIFT_BATCH_SIZE)")
+    clock_plan: Path | None = Field(default=None, description="per-kernel DVFS plan file")
+    max_slowdown: float | None = Field(default=None, ge=0, description="largest acceptable slowdown vs speed mode, e.g. 0.1 = 10%")
+
+    @field_validator("sm_clock_mhz", mode="before")
+    @classmethod
+    def _single_clock(cls, v: Any) -> Any:
+        if isinstance(v, int):
+            return (v, v)
+        return v
+
+    @model_validator(mode="after")
+    def _one_power_limit(self) -> "Mode":
+        if self.power_limit_w is not None and self.power_limit_fraction is not None:
+            raise ValueError("give power_limit_w or power_limit_fraction, not both")
+        if self.sm_clock_mhz is not None and self.sm_clock_mhz[0] > self.sm_clock_mhz[1]:
+            raise ValueError("sm_clock_mhz: min must not exceed max")
+        return self
+
+
+class _RuleBase(Strict):
+    clean_mode: str = Field(default="speed", description="mode while the grid is clean")
+    dirty_mode: str = Field(default="efficiency", description="mode while the grid is dirty")
+    min_dwell_s: float = Field(default=900.0, ge=0, description="stay at least this long in a mode before switching")
+    interval_s: float = Field(default=600.0, gt=0, description="how often a running job re-decides its mode")
+
+
+class AbsoluteRule(_RuleBase):
+    """Thresholds in g/kWh. Between the two thresholds the current mode is kept (hysteresis)."""
+
+    kind: Literal["absolute"] = "absolute"
+    clean_below_g_per_kwh: float = Field(ge=0, description="at or below: clean")
+    dirty_above_g_per_kwh: float = Field(ge=0, description="at or above: dirty")
+
+    @model_validator(mode="after")
+    def _band(self) -> "AbsoluteRule":
+        if self.clean_below_g_per_kwh > self.dirty_above_g_per_kwh:
+            raise ValueError("clean_below_g_per_kwh must not exceed dirty_above_g_per_kwh")
+        return self
+
+
+class RelativeRule(_RuleBase):
+    """Percentiles of the forecast horizon: "clean" means cleaner than most of the coming hours."""
+
+    kind: Literal["relative"] = "relative"
+    horizon_s: float = Field(default=86400.0, gt=0, description="forecast horizon the percentile is taken over")
+    clean_below_percentile: float = Field(default=40.0, ge=0, le=100)
+    dirty_above_percentile: float = Field(default=60.0, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _band(self) -> "RelativeRule":
+        if self.clean_below_percentile > self.dirty_above_percentile:
+            raise ValueError("clean_below_percentile must not exceed dirty_above_percentile")
+        return self
+
+
+Rule = Annotated[Union[AbsoluteRule, RelativeRule], Field(discriminator="kind")]
+
+
+class JobSpec(Strict):
+    """What to run, how long it takes, and when it may run.
+
+    Offsets are relative to the nominal start (the moment ``gridshift run`` is called, or the cron
+    time for recurring jobs): the job may start from ``earliest_start_s`` and must finish by
+    ``deadline_s``. Without a deadline the job starts at once.
+    """
+
+    name: str = Field(default="training", description="a name for reports and deployments")
+    command: tuple[str, ...] | None = Field(default=None, description="argv of the training command")
+    callable: str | None = Field(default=None, description="a Python 'module:function' run in-process")
+    expected_duration_s: float = Field(gt=0, description="how long the job takes in speed mode")
+    earliest_start_s: float = Field(default=0.0, description="earliest start, seconds after the nominal start (may be negative for recurring jobs)")
+    deadline_s: float | None = Field(default=None, gt=0, description="the job must finish this many seconds after the nominal start")
+    cron: str | None = Field(default=None, description="recurrence for deployments and simulation, e.g. '0 1 * * *' (UTC)")
+    checkpointable: bool = Field(default=False, description="the job can stop and resume, so it may be split across green slots")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the command")
+    workdir: Path | None = Field(default=None, description="working directory for the command (default: the current directory)")
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            import shlex
+
+            return tuple(shlex.split(v))
+        return v
+
+    @field_validator("callable")
+    @classmethod
+    def _callable_form(cls, v: str | None) -> str | None:
+        if v is not None and (":" not in v or not all(v.partition(":")[::2])):
+            raise ValueError("callable must look like 'package.module:function'")
+        return v
+
+    @model_validator(mode="after")
+    def _what_to_run(self) -> "JobSpec":
+        if self.command is not None and self.callable is not None:
+            raise ValueError("give either command or callable, not both")
+        if self.command is not None and len(self.command) == 0:
+            raise ValueError("command must not be empty")
+        if self.deadline_s is not None and self.deadline_s < self.earliest_start_s + self.expected_duration_s:
+            raise ValueError("deadline_s leaves no room: it must be at least earliest_start_s + expected_duration_s")
+        return self
+
+
+class BackendConfig(Strict):
+    name: str = Field(default="auto", description="auto, nvidia, simulated, or an entry point in group gridshift.backends")
+    require_control: bool = Field(default=False, description="exit 3 instead of running measure-only when settings cannot be changed")
+    options: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
+
+
+class Policy(Strict):
+    """A gridshift policy file."""
+
+    schema_version: Literal[1] = Field(default=1, description="policy format version")
+    carbon: CarbonConfig
+    modes: dict[str, Mode]
+    rules: Rule
+    job: JobSpec
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+
+    @model_validator(mode="after")
+    def _modes_exist(self) -> "Policy":
+        for required in ("speed", "efficiency"):
+            if required not in self.modes:
+                raise ValueError(f"modes must define '{required}'")
+        for which in ("clean_mode", "dirty_mode"):
+            name = getattr(self.rules, which)
+            if name not in self.modes:
+                raise ValueError(f"rules.{which} names unknown mode {name!r} (modes: {', '.join(self.modes)})")
+        return self

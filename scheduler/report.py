@@ -1,0 +1,90 @@
+"""RunReport: what happened in one run, with every figure labelled measured or modelled."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = ["ModeSpan", "RunReport", "REPORT_VERSION", "joules_to_grams"]
+
+REPORT_VERSION = 1
+
+
+def joules_to_grams(energy_j: float, g_per_kwh: float) -> float:
+    """Carbon of ``energy_j`` at ``g_per_kwh`` (1 kWh = 3.6e6 J)."""
+    return energy_j / 3.6e6 * g_per_kwh
+
+
+@dataclass(frozen=True)
+class ModeSpan:
+    mode: str
+    start: datetime
+    end: datetime
+    reason: str = ""
+    settings: str = ""
+    energy_j: float = 0.0
+    g_per_kwh: float | None = None
+    carbon_g: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["start"] = self.start.isoformat()
+        d["end"] = self.end.isoformat()
+        return d
+
+
+@dataclass(frozen=True)
+class RunReport:
+    run_id: str
+    policy: str
+    job: str
+    status: str  # "completed" | "failed"
+    backend: str
+    measured: bool
+    nominal_start: datetime
+    started_at: datetime
+    ended_at: datetime
+    deferred_s: float
+    duration_s: float
+    energy_j: float
+    carbon_g: float
+    intensity_g_per_kwh: float | None
+    intensity_kind: str
+    intensity_source: str
+    modes: tuple[ModeSpan, ...]
+    decision_reason: str
+    exit_code: int | None = None
+    error: str = ""
+    warnings: tuple[str, ...] = ()
+    carbon_sources: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": REPORT_VERSION,
+            "run_id": self.run_id,
+            "policy": self.policy,
+            "job": self.job,
+            "status": self.status,
+            "backend": self.backend,
+            "measured": self.measured,
+            "energy_label": "measured" if self.measured else "simulated (modelled)",
+            "nominal_start": self.nominal_start.isoformat(),
+            "started_at": self.started_at.isoformat(),
+            "ended_at": self.ended_at.isoformat(),
+            "deferred_s": self.deferred_s,
+            "duration_s": self.duration_s,
+            "energy_j": self.energy_j,
+            "carbon_g": self.carbon_g,
+            "intensity_g_per_kwh": self.intensity_g_per_kwh,
+            "intensity_kind": self.intensity_kind,
+            "intensity_source": self.intensity_source,
+            "modes": [m.to_json() for m in self.modes],
+            "decision_reason": self.decision_reason,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "warnings": list(self.warnings),
+            "carbon_sources": list(self.carbon_sources),
+            **({"extra": self.extra} if self.extra else {}),
+        }
