@@ -7,6 +7,7 @@ artifact). A failed job fails the flow run, after its report is recorded.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,7 +32,34 @@ from scheduler.policy import Policy
 from scheduler.policy_io import load_policy
 from scheduler.report import RunReport
 
-__all__ = ["carbon_aware_training", "new_run_id"]
+__all__ = ["carbon_aware_training", "new_run_id", "quiet_domain_tracebacks"]
+
+
+class _DropDomainTracebacks(logging.Filter):
+    """Prefect logs every flow/task exception with its traceback. For expected failures (a job that
+    exits non-zero, a provider outage, a missing privilege) the one-line message says it all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None and _is_domain_error(record.exc_info[1]):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _is_domain_error(exc: BaseException) -> bool:
+    from backends.errors import BackendError
+    from carbon.errors import CarbonError
+    from scheduler.errors import SchedulerError
+
+    return isinstance(exc, (JobFailed, BackendError, CarbonError, SchedulerError))
+
+
+def quiet_domain_tracebacks() -> None:
+    """Install the filter on Prefect's run loggers (idempotent)."""
+    for name in ("prefect.flow_runs", "prefect.task_runs", "prefect.engine"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropDomainTracebacks) for f in logger.filters):
+            logger.addFilter(_DropDomainTracebacks())
 
 
 def _utcnow() -> datetime:

@@ -18,12 +18,10 @@ def exit_code_for(exc: BaseException) -> int:
     from carbon.errors import BadTrace, CarbonError
     from scheduler.errors import LedgerError, PolicyError
 
-    if isinstance(exc, (PolicyError, BadTrace, UnknownBackend)):
+    if isinstance(exc, (PolicyError, BadTrace, UnknownBackend, LookupError)):
         return EXIT_INPUT
     if isinstance(exc, (CarbonError, NoDevice, NoPermission, DeviceLost, Unsupported, LedgerError)):
         return EXIT_ENV
-    if isinstance(exc, LookupError):
-        return EXIT_INPUT
     return EXIT_FAILED
 
 
@@ -37,8 +35,8 @@ def fail(exc: BaseException | str, code: int | None = None) -> "typer.Exit":
 def run_guarded(app: Any) -> int:
     """Run the typer app; anything unexpected is one line and exit 1, never a traceback."""
     try:
-        app(standalone_mode=False)
-        return EXIT_OK
+        rc = app(standalone_mode=False)  # click returns (not raises) Exit codes in this mode
+        return rc if isinstance(rc, int) else EXIT_OK
     except typer.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:

@@ -66,7 +66,9 @@ def run(
         raise fail(exc, EXIT_INPUT) from None
     _quiet_prefect_defaults()
     from flows.job import JobFailed
-    from flows.training import carbon_aware_training, new_run_id
+    from flows.training import carbon_aware_training, new_run_id, quiet_domain_tracebacks
+
+    quiet_domain_tracebacks()
 
     previous = signal.signal(signal.SIGTERM, _terminate_as_exception)
     run_id = new_run_id()

@@ -1,0 +1,116 @@
+"""The command line: exit codes, one-line errors, --json contracts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.cli._errors import run_guarded
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY = REPO / "examples" / "policy.yaml"
+runner = CliRunner()
+
+
+def test_policy_check_ok() -> None:
+    result = runner.invoke(app, ["policy", "check", str(POLICY)])
+    assert result.exit_code == 0, result.output
+    assert "ok" in result.output
+
+
+@pytest.mark.parametrize(
+    "mutation, expect",
+    [
+        (("  name: auto", "  name: auto\n  turbo: yes"), "backend.turbo: unknown key 'turbo'"),
+        (("expected_duration_s: 5", "expected_duration_s: five"), "job.expected_duration_s"),
+        (("kind: relative ", "kind: [relative "), "YAML syntax error"),
+    ],
+)
+def test_policy_check_bad_input_is_one_line_exit_2(tmp_path: Path, mutation: tuple[str, str], expect: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    text = POLICY.read_text()
+    assert mutation[0] in text
+    bad.write_text(text.replace(*mutation))
+    result = runner.invoke(app, ["policy", "check", str(bad)])
+    assert result.exit_code == 2
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"{bad}:") and expect in lines[0], lines
+    if "turbo" in expect:  # the line of the offending key itself
+        turbo_line = bad.read_text().splitlines().index("  turbo: yes") + 1
+        assert lines[0].startswith(f"{bad}:{turbo_line}:3:")
+
+
+def test_run_with_bad_policy_exits_2_before_prefect(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("carbon: {provider: trace}\nmodes: {}\n")
+    result = runner.invoke(app, ["run", str(bad)])
+    assert result.exit_code == 2
+    assert result.output.strip().startswith(f"gridshift: error: {bad}:")
+
+
+def test_policy_schema_is_json() -> None:
+    result = runner.invoke(app, ["policy", "schema"])
+    assert result.exit_code == 0
+    assert "modes" in json.loads(result.output)["properties"]
+
+
+def test_runs_json_empty_ledger() -> None:
+    result = runner.invoke(app, ["runs", "--json"])
+    assert result.exit_code == 0 and json.loads(result.output) == []
+
+
+def test_intensity_from_packaged_trace_json() -> None:
+    result = runner.invoke(app, ["intensity", "--provider", "trace", "--forecast", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["unit"] == "gCO2/kWh" and out["kind"] == "marginal"
+    assert out["now"]["g_per_kwh"] > 0 and len(out["forecast"]) >= 24
+
+
+def test_intensity_unknown_provider_is_exit_2() -> None:
+    rc = _guarded(["intensity", "--provider", "nope"])
+    assert rc == 2
+
+
+def _guarded(argv: list[str]) -> int:
+    old = sys.argv
+    sys.argv = ["gridshift", *argv]
+    try:
+        return run_guarded(app)
+    finally:
+        sys.argv = old
+
+
+def test_version_and_help() -> None:
+    assert runner.invoke(app, ["--version"]).output.startswith("gridshift")
+    help_text = runner.invoke(app, ["--help"]).output
+    for command in ("run", "runs", "policy", "intensity"):
+        assert command in help_text
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_real_cli_run_json_prints_exactly_one_object(tmp_path: Path) -> None:
+    """A real `gridshift run --json` subprocess against the harness's Prefect server."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "GRIDSHIFT_HOME": str(tmp_path)}
+    cmd = [sys.executable, "-c", "from flows.cli import main; main()", "run", str(POLICY), "--json", "--backend", "simulated",
+           "--", sys.executable, str(REPO / "examples" / "train_tiny.py"), "--epochs", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)  # exactly one JSON document: anything else fails to parse
+    for key in ("energy_j", "duration_s", "carbon_g", "modes", "deferred_s", "backend", "measured"):
+        assert key in report
+    assert report["measured"] is False and report["backend"] == "simulated"
+    assert all({"mode", "start", "end"} <= set(m) for m in report["modes"])
+    assert "epoch 2/2" in proc.stderr  # job output streamed into the logs, on stderr
+    listed = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "runs", "--json"],
+                            capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == [report["run_id"]]
