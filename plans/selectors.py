@@ -177,7 +177,8 @@ class CarbonAware(Selector):
 
     ``max_ci_g_per_kwh`` normalises time against carbon (Chase uses the trace's maximum). A switch
     needs the best limit's cost to beat the current limit's cost by more than ``hysteresis`` (a
-    fraction), and the current limit to have been in force for ``min_dwell_s``.
+    fraction), and the current limit to have been in force for ``min_dwell_s``. With ``max_slowdown``
+    (a factor), only limits whose step time is within it of the highest limit's are candidates.
     """
 
     def __init__(
@@ -188,9 +189,13 @@ class CarbonAware(Selector):
         max_power_w: float | None = None,
         hysteresis: float = 0.05,
         min_dwell_s: float = 1800.0,
+        max_slowdown: float | None = None,
     ) -> None:
         if not 0.0 <= eta <= 1.0:
             raise ValueError(f"eta must be in [0, 1], got {eta}")
+        if max_slowdown is not None and max_slowdown < 1.0:
+            raise ValueError("max_slowdown is a factor >= 1 (1.1 = at most 10% slower than the highest limit)")
+        self.max_slowdown = max_slowdown
         if not max_ci_g_per_kwh > 0:
             raise ValueError("max_ci_g_per_kwh must be positive")
         if hysteresis < 0 or min_dwell_s < 0:
@@ -198,6 +203,13 @@ class CarbonAware(Selector):
         self.eta, self.max_ci, self.max_power_w = eta, max_ci_g_per_kwh, max_power_w
         self.hysteresis, self.min_dwell_s = hysteresis, min_dwell_s
         self.ci_g_per_kwh = max_ci_g_per_kwh  # used by plain select(): the dirtiest case
+
+    def _candidates(self, measurements: Sequence[LimitMeasurement]) -> list[LimitMeasurement]:
+        ms = _iv(measurements)
+        if self.max_slowdown is not None:
+            bound = self.max_slowdown * ms[0].time_per_step_s
+            ms = [m for m in ms if m.time_per_step_s <= bound]
+        return ms
 
     def _costs(self, ms: list[LimitMeasurement], ci: float) -> dict[float, float]:
         pmax = self.max_power_w if self.max_power_w is not None else ms[0].power_limit_w
@@ -208,7 +220,7 @@ class CarbonAware(Selector):
 
     def select_for(self, measurements: Sequence[LimitMeasurement], ci_g_per_kwh: float) -> float:
         """The best limit for one intensity, without hysteresis."""
-        ms = _iv(measurements)
+        ms = self._candidates(measurements)
         costs = self._costs(ms, ci_g_per_kwh)
         return _argmin(ms, lambda m: costs[m.power_limit_w])
 
@@ -224,7 +236,7 @@ class CarbonAware(Selector):
         now: datetime,
     ) -> tuple[CarbonState, CarbonDecision]:
         """The limit for the next control interval, given the forecast mean intensity for it."""
-        ms = _iv(measurements)
+        ms = self._candidates(measurements)
         costs = self._costs(ms, ci_g_per_kwh)
         best = _argmin(ms, lambda m: costs[m.power_limit_w])
         if state is None or state.power_limit_w not in costs:
