@@ -22,8 +22,9 @@ This optimiser explores less wastefully:
 3. **Pooled noise for Thompson sampling.** Run-to-run noise is multiplicative (epochs to target
    vary per seed), so one coefficient of variation is pooled across arms with a prior
    (``prior_cv``, ``prior_weight`` pseudo-samples). An arm's mean has sd ``cv * mean / sqrt(n)``.
-4. **Misses cost a retry.** A miss enters its arm as its charged cost plus the best arm's mean (the
-   retry it forces), so arms that fail now and then are sampled less.
+4. **Misses cost a retry.** Each arm's miss rate has a Beta posterior that is Thompson-sampled with
+   its cost: the expected extra cost of an arm is ``p / (1 - p)`` misses, each charged its cost plus a
+   retry at the best size. An arm that missed once is penalised but can still be retried.
 5. **Concurrency.** While a trial is pending (another run of the same job in flight), exploration of
    that size is not duplicated: the concurrent run gets the best known size.
 """
@@ -61,7 +62,7 @@ class BatchSizeConfig:
     batch_sizes: tuple[int, ...]
     default_batch_size: int
     explore_slack: float = 0.15
-    up_skip_margin: float = 0.03
+    up_skip_margin: float = 0.15
     prior_cv: float = 0.1
     prior_weight: float = 3.0
 
@@ -205,9 +206,12 @@ class BatchSizeOptimizer:
             mean = self._mean(b)
             n = len(arm.costs)
             draw = rng.normal(mean, cv * mean / math.sqrt(n))
-            # expected extra cost of misses: each forces a retry at (about) the best size
-            p_miss = (len(arm.misses) + 0.5) / (n + len(arm.misses) + 1.0) if arm.misses else 0.0
-            extra = p_miss / (1.0 - p_miss) * (float(np.mean(arm.misses)) + best_mean) if arm.misses else 0.0
+            extra = 0.0
+            if arm.misses:
+                # Thompson-sample the miss rate too (Beta posterior): an arm that missed once is not
+                # written off for good, it is retried when its sampled miss rate comes out low
+                p_miss = rng.beta(len(arm.misses), arm.reached + 1.0)
+                extra = p_miss / max(1.0 - p_miss, 1e-6) * (float(np.mean(arm.misses)) + best_mean)
             samples.append(draw + extra)
         pick = arms[int(np.argmin(samples))]
         return Proposal(pick, "exploit", f"Thompson sample over {len(arms)} sizes (pooled cv {cv:.3f}) chose {pick}")
