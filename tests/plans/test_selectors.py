@@ -124,3 +124,22 @@ def test_carbon_aware_respects_max_slowdown():
     sel = CarbonAware(0.9, max_ci_g_per_kwh=600, max_slowdown=1.05)
     pick = sel.select_for(PROFILE, 600)
     assert pick == 200  # 175 W is 7.9% slower than 250 W
+
+
+def test_forecast_is_the_mean_over_the_next_interval():
+    from carbon.series import IntensityPoint, IntensitySeries
+    from plans.selectors import forecast_g_per_kwh
+
+    pts = [IntensityPoint(T0 + timedelta(minutes=30 * i), timedelta(minutes=30), v) for i, v in enumerate([100.0, 300.0, 500.0])]
+    s = IntensitySeries.of(pts)
+    assert forecast_g_per_kwh(s, now=T0, interval_s=3600) == pytest.approx(200.0)
+    assert forecast_g_per_kwh(s, now=T0 + timedelta(minutes=30), interval_s=1800) == pytest.approx(300.0)
+    with pytest.raises(BadProfile):
+        forecast_g_per_kwh(s, now=T0 - timedelta(days=1), interval_s=60)
+
+
+def test_public_surface_is_curated():
+    import plans
+
+    assert plans.__all__ == sorted(plans.__all__)
+    assert all(hasattr(plans, n) for n in plans.__all__)
