@@ -193,7 +193,6 @@ def sweep(kind: str, sizes: list[int], *, torch, device: str, nvml: Nvml | None,
             f"{kind}: B={b:4d} steps={steps:4d} {dt:5.2f}s  {row['time_per_sample_s'] * 1e3:8.3f} ms/sample  "
             + (f"{row['energy_per_sample_j']:8.3f} J/sample  {row['avg_power_w']:6.1f} W" if energy_j is not None else "(no energy: no NVML)")
         )
-    del model, opt
     if device == "cuda":
         torch.cuda.empty_cache()
     return {"model": kind, "shape": shape, "dtype": "bfloat16 autocast", "optimizer": "AdamW", "results": results}
