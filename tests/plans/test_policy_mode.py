@@ -24,3 +24,14 @@ def test_mode_selector_excludes_a_fixed_limit():
         Mode(power_limit_select="energy", power_limit_w=300)
     with pytest.raises(ValidationError):
         Mode(power_limit_select="fastest")
+
+
+def test_auto_power_limit_profiler_over_the_device_range():
+    from backends.simulated import SimulatedBackend
+    from scheduler.auto_power import auto_power_limit_profiler
+
+    caps = SimulatedBackend().capabilities()
+    prof = auto_power_limit_profiler(Mode(power_limit_select="zeus_cost"), caps, step_w=100)
+    assert prof is not None and prof.limits_w == (700.0, 600.0, 500.0, 400.0, 300.0, 200.0)
+    assert isinstance(prof.select, ZeusCost)
+    assert auto_power_limit_profiler(Mode(power_limit_w=300), caps) is None
