@@ -3,4 +3,47 @@
 Pure: no NVML, no clock, no HTTP. Imports carbon and backends only.
 """
 
-__all__: list[str] = []
+from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Proposal, Trial
+from plans.callbacks import PowerLimitCallback, hf_callback, lightning_callback
+from plans.errors import BadProfile, BadTraceFile, PlanError, SimulationAborted
+from plans.power_limit import LimitMeasurement, PowerLimitProfiler, combine_ranks, local_limit_search
+from plans.profile_store import PowerProfile, ProfileStore, workload_fingerprint
+from plans.selectors import (
+    CarbonAware,
+    Energy,
+    MaxSlowdown,
+    Selector,
+    Time,
+    ZeusCost,
+    make_selector,
+    switch_point_g_per_kwh,
+)
+
+__all__ = [
+    "BadProfile",
+    "BadTraceFile",
+    "BatchSizeConfig",
+    "BatchSizeOptimizer",
+    "CarbonAware",
+    "Energy",
+    "LimitMeasurement",
+    "MaxSlowdown",
+    "PlanError",
+    "PowerLimitCallback",
+    "PowerLimitProfiler",
+    "PowerProfile",
+    "ProfileStore",
+    "Proposal",
+    "Selector",
+    "SimulationAborted",
+    "Time",
+    "Trial",
+    "ZeusCost",
+    "combine_ranks",
+    "hf_callback",
+    "lightning_callback",
+    "local_limit_search",
+    "make_selector",
+    "switch_point_g_per_kwh",
+    "workload_fingerprint",
+]

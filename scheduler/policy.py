@@ -60,6 +60,10 @@ class Mode(Strict):
     batch_size: int | None = Field(default=None, gt=0, description="batch size handed to the job (GRIDSHIFT_BATCH_SIZE)")
     clock_plan: Path | None = Field(default=None, description="per-kernel DVFS plan file")
     max_slowdown: float | None = Field(default=None, ge=0, description="largest acceptable slowdown vs speed mode, e.g. 0.1 = 10%")
+    power_limit_select: Literal["energy", "time", "zeus_cost", "max_slowdown", "carbon"] | None = Field(
+        default=None, description="power limit 'auto': profile the limits in-process and pick one with this selector (plans.selectors)"
+    )
+    eta: float = Field(default=0.5, ge=0, le=1, description="weight of energy vs time for the zeus_cost and carbon selectors")
 
     @field_validator("sm_clock_mhz", mode="before")
     @classmethod
@@ -72,6 +76,8 @@ class Mode(Strict):
     def _one_power_limit(self) -> "Mode":
         if self.power_limit_w is not None and self.power_limit_fraction is not None:
             raise ValueError("give power_limit_w or power_limit_fraction, not both")
+        if self.power_limit_select is not None and (self.power_limit_w is not None or self.power_limit_fraction is not None):
+            raise ValueError("power_limit_select chooses the limit itself: drop power_limit_w/power_limit_fraction")
         if self.sm_clock_mhz is not None and self.sm_clock_mhz[0] > self.sm_clock_mhz[1]:
             raise ValueError("sm_clock_mhz: min must not exceed max")
         return self

@@ -1,0 +1,172 @@
+"""Drive power-limit profiling and limit changes from a training loop, at step boundaries.
+
+Plain PyTorch (or any loop)::
+
+    cb = PowerLimitCallback(backend, PowerLimitProfiler(limits_w, ZeusCost(0.5)), meter=backend.meter(),
+                            store=ProfileStore(dir), gpu_model="NVIDIA H200", fingerprint=fp)
+    for epoch in range(n):
+        for batch in loader:
+            cb.on_step_begin(); train_step(batch); cb.on_step_end()
+        cb.on_epoch_end()
+
+Limits are applied through :class:`backends.Backend` (which records and restores what it found);
+energy windows come from the injected :class:`backends.meter.EnergyMeter`. For distributed training
+pass ``combine=`` a function that all-reduces a :class:`plans.power_limit.Measured` across ranks
+(energy summed, time maxed; :func:`plans.power_limit.combine_ranks` does the arithmetic).
+
+Hugging Face Trainer and Lightning adapters import their framework only when called, so this module
+imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from backends.base import Backend
+from backends.meter import EnergyMeter
+from backends.types import Settings
+from plans.power_limit import (
+    BeginWindow,
+    CancelWindow,
+    Done,
+    EndWindow,
+    EpochEnd,
+    LimitMeasurement,
+    Measured,
+    PowerLimitProfiler,
+    ProfilerState,
+    SetLimit,
+    StepBegin,
+)
+from plans.profile_store import PowerProfile, ProfileStore
+
+__all__ = ["PowerLimitCallback", "hf_callback", "lightning_callback"]
+
+
+class PowerLimitCallback:
+    """Profiles power limits in-process, then holds the selected one; a later selection may replace it."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        profiler: PowerLimitProfiler,
+        *,
+        meter: EnergyMeter,
+        store: ProfileStore | None = None,
+        gpu_model: str = "",
+        fingerprint: str = "",
+        combine: Callable[[Measured], Measured] | None = None,
+        world_size: int = 1,
+    ) -> None:
+        self.backend = backend
+        self.profiler = profiler
+        self.meter = meter
+        self.store = store
+        self.gpu_model = gpu_model
+        self.fingerprint = fingerprint
+        self.combine = combine or (lambda m: m)
+        self.world_size = world_size
+        self._pending_limit_w: float | None = None
+        stored = store.load(gpu_model, fingerprint) if store is not None else None
+        self.reused = stored is not None
+        self.state: ProfilerState = profiler.resume(stored.measurements) if stored else profiler.initial()
+        if isinstance(self.state, Done):
+            self._pending_limit_w = self.state.selected_w  # applied at the first step boundary
+
+    # -- what the loop calls -------------------------------------------------------------------
+    def on_step_begin(self) -> None:
+        if self._pending_limit_w is not None:
+            self._set(self._pending_limit_w)
+            self._pending_limit_w = None
+        self._advance(StepBegin())
+
+    def on_step_end(self) -> None:
+        """Nothing to do: limits change only at step begins (kept for the loop's symmetry)."""
+
+    def on_epoch_end(self) -> None:
+        self._advance(EpochEnd())
+
+    # -- selection -----------------------------------------------------------------------------
+    @property
+    def profile(self) -> tuple[LimitMeasurement, ...]:
+        return self.state.measurements
+
+    @property
+    def done(self) -> bool:
+        return isinstance(self.state, Done)
+
+    def request_limit(self, power_limit_w: float) -> None:
+        """Apply ``power_limit_w`` at the next step boundary (e.g. a carbon-aware re-selection).
+
+        Ignored while profiling is still under way: the profile must finish under its own limits.
+        """
+        if self.done:
+            self._pending_limit_w = power_limit_w
+
+    # -- internals -----------------------------------------------------------------------------
+    def _set(self, power_limit_w: float) -> None:
+        self.backend.apply(Settings(power_limit_w=power_limit_w))
+
+    def _advance(self, event: StepBegin | EpochEnd | Measured) -> None:
+        self.state, actions = self.profiler.step(self.state, event)
+        for act in actions:
+            if isinstance(act, SetLimit):
+                self._set(act.power_limit_w)
+            elif isinstance(act, BeginWindow):
+                self.meter.begin(act.name)
+            elif isinstance(act, CancelWindow):
+                self.meter.end(act.name)  # discarded: the window was cut by an epoch boundary
+            elif isinstance(act, EndWindow):
+                w = self.meter.end(act.name)
+                measured = self.combine(Measured(time_s=w.duration_s, energy_j=w.energy_j, steps=self.profiler.profile_steps))
+                self._advance(measured)
+                return
+        if isinstance(self.state, Done) and not self.reused and self.store is not None and event.__class__ is Measured:
+            self.store.save(
+                PowerProfile(
+                    gpu_model=self.gpu_model,
+                    fingerprint=self.fingerprint,
+                    measurements=self.state.measurements,
+                    world_size=self.world_size,
+                    measured=getattr(self.backend, "measured", True),
+                )
+            )
+
+
+def hf_callback(cb: PowerLimitCallback) -> Any:
+    """A ``transformers.TrainerCallback`` that forwards to ``cb`` (needs the ``hf`` extra)."""
+    from transformers import TrainerCallback  # lazy: optional dependency
+
+    class _HF(TrainerCallback):  # type: ignore[misc,valid-type]
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            cb.on_step_begin()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            cb.on_step_end()
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            cb.on_epoch_end()
+
+    return _HF()
+
+
+def lightning_callback(cb: PowerLimitCallback) -> Any:
+    """A Lightning ``Callback`` that forwards to ``cb`` (``lightning`` or ``pytorch_lightning``)."""
+    try:
+        from lightning.pytorch import Callback  # lazy: optional dependency
+    except ImportError:
+        from pytorch_lightning import Callback  # type: ignore[no-redef]
+
+    class _PL(Callback):  # type: ignore[misc,valid-type]
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, *a: Any) -> None:
+            cb.on_step_begin()
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, *a: Any) -> None:
+            cb.on_step_end()
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            cb.on_epoch_end()
+
+    return _PL()
+
+

@@ -1,0 +1,93 @@
+"""The batch-size optimiser: guided walk, Thompson sampling with pooled noise, history fold, concurrency."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Trial
+
+SIZES = (8, 16, 32, 64, 128, 256)
+
+
+def drive(cost_of, *, n=30, seed=0, config=None):
+    """Run n recurrences against a noiseless cost curve; returns the sequence of proposals."""
+    cfg = config or BatchSizeConfig(SIZES, 64)
+    rng = np.random.default_rng(seed)
+    history: list[Trial] = []
+    seq = []
+    for _ in range(n):
+        b = BatchSizeOptimizer.from_history(cfg, history).propose(rng).batch_size
+        c = cost_of(b)
+        history.append(Trial(b, cost=c if c is not None else 1e9, reached=c is not None))
+        seq.append(b)
+    return seq, history
+
+
+def test_walks_down_until_worse_then_exploits():
+    curve = {8: 3.0, 16: 1.9, 32: 1.0, 64: 1.2, 128: 1.5, 256: None}
+    seq, _ = drive(curve.get)
+    assert seq[:3] == [64, 32, 16]  # 16 is > 15% worse than 32: the down walk ends there
+    assert 8 not in seq  # never walks past a clearly worse size
+    assert 256 not in seq  # cheaper size found below the default: no up walk (unimodal)
+    assert seq[-10:].count(32) >= 9
+
+
+def test_walks_up_when_nothing_below_is_cheaper():
+    curve = {8: 3.0, 16: 2.0, 32: 1.5, 64: 1.2, 128: 1.0, 256: None}
+    seq, _ = drive(curve.get)
+    assert seq[:4] == [64, 32, 128, 256]
+    assert seq[-10:].count(128) >= 9
+
+
+def test_same_history_same_state():
+    curve = {8: 3.0, 16: 1.9, 32: 1.0, 64: 1.2, 128: 1.5, 256: None}
+    _, hist = drive(curve.get, n=12)
+    cfg = BatchSizeConfig(SIZES, 64)
+    a = BatchSizeOptimizer.from_history(cfg, hist).propose(np.random.default_rng(5))
+    b = BatchSizeOptimizer.from_history(cfg, hist).propose(np.random.default_rng(5))
+    assert a == b
+
+
+def test_concurrent_run_does_not_duplicate_exploration():
+    cfg = BatchSizeConfig(SIZES, 64)
+    hist = [Trial(64, cost=1.0, reached=True)]
+    rng = np.random.default_rng(0)
+    first = BatchSizeOptimizer.from_history(cfg, hist).propose(rng)
+    assert (first.batch_size, first.phase) == (32, "explore")
+    second = BatchSizeOptimizer.from_history(cfg, hist + [Trial(32, pending=True)]).propose(rng)
+    assert (second.batch_size, second.phase) == (64, "concurrent")
+
+
+def test_first_run_is_the_default():
+    p = BatchSizeOptimizer(BatchSizeConfig(SIZES, 64)).propose(np.random.default_rng(0))
+    assert (p.batch_size, p.phase) == (64, "default")
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        BatchSizeConfig(SIZES, 7)
+    with pytest.raises(ValueError):
+        BatchSizeConfig((), 7)
+    with pytest.raises(ValueError):
+        BatchSizeConfig(SIZES, 64, prior_cv=0)
+
+
+@settings(deadline=None, max_examples=30)
+@given(
+    best=st.sampled_from(SIZES[:-1]),
+    noise=st.floats(min_value=0.0, max_value=0.08),
+    seed=st.integers(min_value=0, max_value=1000),
+)
+def test_converges_to_the_cheapest_on_a_unimodal_noisy_curve(best, noise, seed):
+    rng = np.random.default_rng(seed + 1)
+    i_best = SIZES.index(best)
+
+    def cost(b):
+        i = SIZES.index(b)
+        return (1.0 + 0.4 * abs(i - i_best)) * float(rng.lognormal(0.0, noise))
+
+    seq, _ = drive(cost, n=40, seed=seed)
+    assert seq[-10:].count(best) >= 7
