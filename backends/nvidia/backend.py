@@ -87,7 +87,10 @@ class NvidiaBackend(Backend):
     def _open(self) -> Nvml:
         if self._lib is None:
             lib = Nvml(self._module if self._module is not None else load_nvml_module())
-            lib.init()
+            try:
+                lib.init()
+            except NoDevice as exc:
+                raise NoDevice(f"no NVIDIA driver on this machine ({exc}); use backend: simulated") from exc
             try:
                 self._devices = discover(lib, self._env if self._env is not None else os.environ,
                                          per_rank=self._per_rank)

@@ -344,15 +344,15 @@ class FakeNvml:
         raise _err(_real.NVML_ERROR_NOT_SUPPORTED)  # what the H200 answers
 
 
-_default: FakeNvml | None = None
+_default: dict[str | None, FakeNvml] = {}
 
 
 def _module_fake() -> FakeNvml:
-    global _default
-    if _default is None:
-        path = os.environ.get(ENV_STATE)
-        _default = FakeNvml(state_path=path, clock=time.time)
-    return _default
+    # one fake per state file, so in-process CLI tests with different files do not share state
+    path = os.environ.get(ENV_STATE)
+    if path not in _default:
+        _default[path] = FakeNvml(state_path=path, clock=time.time)
+    return _default[path]
 
 
 def __getattr__(name: str) -> Any:
