@@ -384,8 +384,11 @@ class NvidiaBackend(Backend):
                 lines.append(f"GPU {entry.index} ({entry.uuid}): journal from before a reboot discarded "
                              "(the driver reset those settings)")
                 continue
-            handle = lib.handle_by_uuid(entry.uuid)
-            done = _restore_entry(lib, handle, entry)
+            try:
+                done = _restore_entry(lib, lib.handle_by_uuid(entry.uuid), entry)
+            except BackendError as exc:  # keep the journal; report, and let the other GPUs recover
+                lines.append(f"GPU {entry.index} ({entry.uuid}): could not restore ({exc}); journal kept")
+                continue
             self.journal.remove(entry.uuid)
             lines.append(f"GPU {entry.index} ({entry.uuid}): restored {done or 'nothing to change'} "
                          f"(left by pid {entry.owner.pid})")

@@ -104,4 +104,4 @@ def restore() -> None:
         typer.echo(line)
     left = [e for e in journal.entries()]
     if left:
-        raise fail(f"{len(left)} GPU(s) still journalled (their gridshift process is running)", EXIT_ENV)
+        raise fail(f"{len(left)} GPU(s) still journalled (owner still running, or restore failed: see above)", EXIT_ENV)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from backends.errors import NoPermission
-from backends.journal import JOURNAL_VERSION, Journal, JournalError, Owner
+from backends.journal import JOURNAL_VERSION, Journal, JournalEntry, JournalError, Owner
 from backends.types import Settings
 from tests.backends.nvidia_helpers import FakeClock, dead_pid, make_backend
 from tests.fakes.fake_nvml import FakeNvml, default_state, h200
@@ -190,3 +190,14 @@ def test_status_is_read_only_and_complete(tmp_path: Path) -> None:
 def _here() -> tuple[str, str]:
     own = Owner.current()
     return own.host, own.boot_id
+
+
+def test_recovery_of_a_vanished_gpu_keeps_its_journal(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path, recover=False)
+    ghost = Journal(tmp_path / "journal", owner=lambda: Owner(dead_pid(), None, *_here()))
+    entry = ghost.new_entry(uuid="GPU-gone", index=7, name="x", prior={"power_limit_mw": 500_000})
+    ghost.write(JournalEntry(uuid=entry.uuid, index=7, name="x", owner=entry.owner, prior=entry.prior,
+                             touched=("power_limit",)))
+    lines = backend.recover_stale()
+    assert "could not restore" in lines[0] and "journal kept" in lines[0]
+    assert [e.uuid for e in Journal(tmp_path / "journal").entries()] == ["GPU-gone"]
