@@ -254,9 +254,7 @@ class NvidiaBackend(Backend):
         return [d for d in self._devices if not d.is_mig]
 
     def _record_prior(self) -> None:
-        lib = self._open()
-        if self.recovered:
-            pass  # stale journals were replayed in _open, so what we read now is the true prior
+        lib = self._open()  # replays stale journals first, so what is read below is the true prior
         for d in self._controllable():
             owner = self._foreign_owner(d)
             if owner is not None:

@@ -74,3 +74,18 @@ def test_env_seam_loads_the_fake(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRIDSHIFT_NVML_MODULE", "tests.fakes.fake_nvml")
     module = load_nvml_module()
     assert module.__name__ == "tests.fakes.fake_nvml"
+
+
+def test_deprecated_shim_warning_does_not_break_strict_runs(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import sys
+    import warnings
+
+    (tmp_path / "shim_like_pynvml.py").write_text(
+        "import warnings\n"
+        "warnings.warn('The pynvml package is deprecated. Please install nvidia-ml-py instead.', FutureWarning)\n"
+        "def _nvmlGetFunctionPointer(name):\n    raise RuntimeError\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "shim_like_pynvml", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_nvml_module("shim_like_pynvml").__name__ == "shim_like_pynvml"
