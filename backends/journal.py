@@ -149,8 +149,13 @@ class Journal:
     def new_entry(self, *, uuid: str, index: int, name: str, prior: dict[str, Any]) -> JournalEntry:
         return JournalEntry(uuid=uuid, index=index, name=name, owner=self._owner(), prior=prior)
 
-    def write(self, entry: JournalEntry) -> None:
-        """Write (or replace) ``entry`` durably before the change it protects."""
+    def write(self, entry: JournalEntry, *, exclusive: bool = False) -> None:
+        """Write (or replace) ``entry`` durably before the change it protects.
+
+        ``exclusive`` claims the GPU: it fails with FileExistsError when an entry is already there,
+        atomically (a hard link never replaces), so two processes starting at once cannot both
+        record "the prior settings".
+        """
         path = self.path_for(entry.uuid)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -159,12 +164,20 @@ class Journal:
                 json.dump(entry.to_json(), f, indent=1, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            if exclusive:
+                try:
+                    os.link(tmp, path)
+                finally:
+                    tmp.unlink()
+            else:
+                os.replace(tmp, path)
             dir_fd = os.open(self.directory, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+        except FileExistsError:
+            raise
         except OSError as exc:
             raise JournalError(f"cannot write the GPU settings journal {path}: {exc}") from None
 

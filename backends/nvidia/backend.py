@@ -264,8 +264,24 @@ class NvidiaBackend(Backend):
         for d in self._controllable():
             prior = {"power_limit_mw": lib.power_limit_mw(d.handle, d.index)}
             entry = self.journal.new_entry(uuid=d.uuid, index=d.index, name=d.name, prior=prior)
-            self.journal.write(entry)
+            try:
+                self.journal.write(entry, exclusive=True)
+            except FileExistsError:
+                held = self.journal.read(d.key)
+                if held is not None and held.owner.pid != os.getpid():
+                    self._release_claims()
+                    raise NoPermission(f"GPU {d.index} ({d.uuid}) was just claimed by gridshift pid {held.owner.pid}",
+                                       action="record prior settings", gpu_index=d.index) from None
+                if held is not None:  # our own leftover (an earlier restore failed): its prior is the true one
+                    entry = held
+                else:
+                    self.journal.write(entry)
             self._prior[d.key] = entry
+
+    def _release_claims(self) -> None:
+        for key in self._prior:
+            self.journal.remove(key)
+        self._prior = {}
 
     def _touch(self, device: Device, what: str) -> None:
         entry = self._prior[device.key]
@@ -363,7 +379,7 @@ class NvidiaBackend(Backend):
             self.journal.remove(d.key)
             self._locked_sm.pop(d.key, None)
             self._locked_mem.pop(d.key, None)
-        self._prior = {}
+            del self._prior[d.key]  # failed GPUs stay recorded (and journalled) for the next attempt
         if errors:
             raise errors[0]
 

@@ -201,3 +201,30 @@ def test_recovery_of_a_vanished_gpu_keeps_its_journal(tmp_path: Path) -> None:
     lines = backend.recover_stale()
     assert "could not restore" in lines[0] and "journal kept" in lines[0]
     assert [e.uuid for e in Journal(tmp_path / "journal").entries()] == ["GPU-gone"]
+
+
+def test_two_processes_cannot_both_claim_a_gpu(tmp_path: Path) -> None:
+    state = default_state(gpus=2)
+    backend, fake, _ = make_backend(tmp_path, fake=FakeNvml(state=state))
+    backend.capabilities()  # opened; now another process claims GPU 1 in the race window
+    other = Journal(tmp_path / "journal", owner=lambda: Owner(os.getppid(), None, *_here()))
+    other.write(other.new_entry(uuid=state["gpus"][1]["uuid"], index=1, name="x", prior={"power_limit_mw": 1}),
+                exclusive=True)
+    backend._foreign_owner = lambda d: None  # simulate losing the race after the liveness check
+    with pytest.raises(NoPermission, match="just claimed"):
+        backend.apply(Settings(power_limit_w=300))
+    assert [e.index for e in Journal(tmp_path / "journal").entries()] == [1]  # our claim on GPU 0 released
+    assert fake.state()["calls"] == []
+
+
+def test_a_failed_restore_keeps_the_true_prior_for_the_next_apply(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path)
+    backend.apply(Settings(power_limit_w=300))
+    fake.update(lambda s: s.__setitem__("privileged", False))  # e.g. capability dropped mid-run
+    with pytest.raises(NoPermission):
+        backend.restore()
+    assert Journal(tmp_path / "journal").entries()[0].prior == {"power_limit_mw": 700_000}
+    fake.update(lambda s: s.__setitem__("privileged", True))
+    backend.apply(Settings(power_limit_w=250))
+    backend.restore()
+    assert _gpu(fake)["power_limit_mw"] == 700_000
