@@ -20,6 +20,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from backends.base import Backend
+from backends.errors import NoPermission
+from backends.safety import install_restore_handlers
 from backends.registry import create_backend
 from carbon.monitor import CarbonMonitor, Reading
 from flows.artifacts import artifact_key, report_markdown
@@ -131,10 +133,15 @@ class _Control:
     warning: str = ""
 
 
-def _probe_control(backend: Backend) -> _Control:
+def _probe_control(backend: Backend, require_control: bool = False) -> _Control:
+    """Decide before the job starts whether settings may change; NoPermission if required but not allowed."""
     caps = backend.capabilities()
     if caps.can_control:
         return _Control(True)
+    if require_control:
+        backend.close()
+        raise NoPermission(f"cannot change GPU settings ({caps.control_note or 'no permission'}) "
+                           "and the policy sets backend.require_control: true", action="probe control")
     return _Control(False, f"cannot change GPU settings ({caps.control_note or 'no permission'}); running measure-only")
 
 
@@ -163,7 +170,9 @@ def carbon_aware_training(
     wait_until(start_at)
 
     backend = create_backend(backend_name or policy.backend.name, **policy.backend.options)
-    control = _probe_control(backend)
+    control = _probe_control(backend, policy.backend.require_control)
+    for line in getattr(backend, "recovered", ()):  # journals of killed runs, replayed on open
+        logger.warning("restored settings left by a killed run: %s", line)
     warnings = [f"carbon: {f}" for f in reading.failures]
     if control.warning:
         logger.warning(control.warning)
@@ -173,12 +182,14 @@ def carbon_aware_training(
     started = _utcnow()
     run = SupervisedRun()
     error = ""
+    uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
     try:
         run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run)
     except BaseException as exc:  # the report is still written, then the flow fails
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        uninstall_signal_restore()
         restore_settings(backend)
         backend.close()
         monitor.close()

@@ -1,0 +1,11 @@
+"""The NVIDIA backend: NVML control with journalled, exact restore and energy metering.
+
+Layout: ``_nvml.py`` (one wrapper per NVML call, error map), ``devices.py`` (CUDA_VISIBLE_DEVICES,
+LOCAL_RANK, MIG), ``privilege.py`` (read-only privilege probe), ``backend.py`` (NvidiaBackend),
+``meter.py`` (windows, power sampler, RAPL). Importing this package does not load NVML.
+"""
+
+from backends.nvidia.backend import NvidiaBackend
+from backends.nvidia.meter import NvidiaMeter, PowerSampler, RaplReader
+
+__all__ = ["NvidiaBackend", "NvidiaMeter", "PowerSampler", "RaplReader"]

@@ -1,0 +1,71 @@
+"""Restore a backend's settings on normal exit, exception, SIGINT and SIGTERM.
+
+``with restoring_on_signals(backend): ...`` restores when the block ends, however it ends. While
+it is active, SIGINT and SIGTERM restore *at once* inside the handler (before any unwinding that
+could be slow or blocked) and then raise ``KeyboardInterrupt`` / ``SystemExit(128 + signum)`` so
+the program's own ``finally`` blocks still run. The previous handlers come back on exit.
+
+SIGKILL cannot be caught: that case is covered by the journal (:mod:`backends.journal`), replayed
+by the next start or ``gridshift gpu restore``. Signal handlers can only be installed from the
+main thread; elsewhere only the exit/exception path is covered (``installed`` says which).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any, Callable, Iterator
+
+from backends.base import Backend
+
+__all__ = ["install_restore_handlers", "restoring_on_signals"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def install_restore_handlers(backend: Backend, *, log: Callable[[str], None] | None = None) -> Callable[[], None]:
+    """Install SIGINT/SIGTERM handlers that restore ``backend`` first; returns the uninstaller.
+
+    A no-op (returning a no-op) outside the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        try:
+            backend.restore()
+        except Exception as exc:  # still exit; the journal keeps what could not be restored
+            print(f"gridshift: warning: restore on signal failed ({exc}); run `gridshift gpu restore`",
+                  file=sys.stderr)
+        else:
+            if log is not None:
+                log(f"signal {signal.Signals(signum).name}: GPU settings restored")
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    for sig in _SIGNALS:
+        previous[sig] = signal.signal(sig, handler)
+
+    def uninstall() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+    return uninstall
+
+
+@contextmanager
+def restoring_on_signals(backend: Backend, *, log: Callable[[str], None] | None = None) -> Iterator[Backend]:
+    """Restore ``backend`` when the block exits (any way) and at once on SIGINT/SIGTERM."""
+    uninstall = install_restore_handlers(backend, log=log)
+    try:
+        yield backend
+    finally:
+        try:
+            backend.restore()
+        finally:
+            uninstall()

@@ -1,0 +1,42 @@
+"""restoring_on_signals: restore on exit, exception, and at once on SIGINT/SIGTERM (in-process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from backends.safety import restoring_on_signals
+from backends.types import Settings
+from tests.backends.nvidia_helpers import make_backend
+
+
+def test_restores_on_normal_exit_and_on_exception(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path)
+    with restoring_on_signals(backend):
+        backend.apply(Settings(power_limit_w=300))
+    assert fake.state()["gpus"][0]["power_limit_mw"] == 700_000
+    with pytest.raises(RuntimeError):
+        with restoring_on_signals(backend):
+            backend.apply(Settings(power_limit_w=300))
+            raise RuntimeError("training crashed")
+    assert fake.state()["gpus"][0]["power_limit_mw"] == 700_000
+
+
+@pytest.mark.parametrize(("sig", "exc"), [(signal.SIGTERM, SystemExit), (signal.SIGINT, KeyboardInterrupt)])
+def test_signal_restores_before_unwinding(tmp_path: Path, sig: int, exc: type) -> None:
+    backend, fake, _ = make_backend(tmp_path)
+    before = signal.getsignal(sig)
+    seen: list[int] = []
+    with pytest.raises(exc):
+        with restoring_on_signals(backend):
+            backend.apply(Settings(power_limit_w=300, sm_clock_mhz=(1005, 1005)))
+            try:
+                os.kill(os.getpid(), sig)
+            finally:  # the handler already restored, before any outer cleanup ran
+                seen.append(fake.state()["gpus"][0]["power_limit_mw"])
+    assert seen == [700_000]
+    assert fake.state()["gpus"][0]["locked_sm_mhz"] is None
+    assert signal.getsignal(sig) == before
