@@ -23,6 +23,9 @@ from typing import Any, Callable, TypeVar
 
 from backends.errors import BackendError, DeviceLost, NoDevice, NoPermission, Unsupported
 
+#: set to "1" to make every NVML setter fail with NoPermission before it reaches the driver
+READ_ONLY_ENV = "GRIDSHIFT_NVML_READ_ONLY"
+
 __all__ = ["ENV_MODULE", "ERROR_MAP", "Nvml", "load_nvml_module", "translate_nvml_error"]
 
 ENV_MODULE = "GRIDSHIFT_NVML_MODULE"
@@ -107,6 +110,10 @@ class Nvml:
         self.module = module
 
     def _call(self, action: str, fn: Callable[..., _T], *args: Any, gpu_index: int | None = None) -> _T:
+        if action.startswith(("set ", "reset ")) and os.environ.get(READ_ONLY_ENV) == "1":
+            # An admin's (and our lent GPU's) guarantee: no write reaches the driver at all.
+            raise NoPermission(f"{action} refused: {READ_ONLY_ENV}=1 (read-only mode)", action=action,
+                               gpu_index=gpu_index)
         try:
             return fn(*args)
         except self.module.NVMLError as exc:

@@ -5,6 +5,7 @@
 set -uo pipefail
 : "${OUT:?OUT must be set}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export GRIDSHIFT_NVML_READ_ONLY=1 GRIDSHIFT_HOME="$(mktemp -d)"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \

@@ -228,3 +228,14 @@ def test_a_failed_restore_keeps_the_true_prior_for_the_next_apply(tmp_path: Path
     backend.apply(Settings(power_limit_w=250))
     backend.restore()
     assert _gpu(fake)["power_limit_mw"] == 700_000
+
+
+def test_read_only_env_blocks_every_write_before_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GRIDSHIFT_NVML_READ_ONLY=1 (used on the lent H200): setters never reach NVML."""
+    monkeypatch.setenv("GRIDSHIFT_NVML_READ_ONLY", "1")
+    backend, fake, _ = make_backend(tmp_path)
+    applied = backend.apply(Settings(power_limit_w=300, sm_clock_mhz=(1200, 1200)))
+    assert fake.state()["calls"] == []
+    assert applied.changed == ()
+    assert applied.skipped
+    assert _gpu(fake)["power_limit_mw"] == 700_000
