@@ -125,12 +125,14 @@ def milp(t: np.ndarray, e: np.ndarray, budget_s: float, *, tau_sw_s: float = 0.0
 
     for i in range(n):
         row(1.0, 1.0, [i * m + j for j in range(m)], [1.0] * m)
-    row(-inf, budget_s, list(range(nx)) + [nx + i for i in range(n)], list(t.ravel()) + [tau] * n)
+    # time in microseconds: HiGHS's absolute feasibility tolerance (1e-7) would swamp seconds
+    row(-inf, budget_s * 1e6, list(range(nx)) + [nx + i for i in range(n)], list(t.ravel() * 1e6) + [tau * 1e6] * n)
     for i in range(1, n):
-        if not allowed[i]:
-            continue
-        for j in range(m):  # z_i - x_ij + x_(i-1)j >= 0
-            row(0.0, inf, [nx + i, i * m + j, (i - 1) * m + j], [1.0, -1.0, 1.0])
+        for j in range(m):
+            if allowed[i]:  # z_i - x_ij + x_(i-1)j >= 0
+                row(0.0, inf, [nx + i, i * m + j, (i - 1) * m + j], [1.0, -1.0, 1.0])
+            else:  # no switch here: the clock carries over
+                row(0.0, 0.0, [i * m + j, (i - 1) * m + j], [1.0, -1.0])
     h.addRows(len(lower), np.array(lower), np.array(upper), len(index), np.array(starts, dtype=np.int32),
               np.array(index, dtype=np.int32), np.array(value))
     h.run()

@@ -112,11 +112,12 @@ def _plan_iv(t: np.ndarray, e: np.ndarray, default: int, *, epsilon: float, tau_
         raise PlanInputError("tables must be finite with positive times and non-negative energies")
     if not 0 <= default < t.shape[1]:
         raise PlanInputError(f"default option {default} is out of range 0..{t.shape[1] - 1}")
-    for name, v in (("epsilon", epsilon), ("eps_sw_j", eps_sw_j), ("d_min_s", d_min_s)):
+    for name, v in (("epsilon", epsilon), ("d_min_s", d_min_s)):
         if not (np.isfinite(v) and v >= 0):
             raise PlanInputError(f"{name} must be finite and >= 0, got {v!r}")
-    if not (tau_sw_s >= 0) or np.isnan(tau_sw_s):
-        raise PlanInputError(f"tau_sw_s must be >= 0 (inf allowed), got {tau_sw_s!r}")
+    for name, v in (("tau_sw_s", tau_sw_s), ("eps_sw_j", eps_sw_j)):
+        if np.isnan(v) or v < 0:
+            raise PlanInputError(f"{name} must be finite and >= 0, got {v!r}")
     if method not in ("auto", "lagrangian", "exact"):
         raise PlanInputError(f"method must be auto, lagrangian or exact, got {method!r}")
     n = t.shape[0]
@@ -127,7 +128,7 @@ def _plan_iv(t: np.ndarray, e: np.ndarray, default: int, *, epsilon: float, tau_
     allowed[0] = False
     if not np.isfinite(tau_sw_s) or not np.isfinite(eps_sw_j):
         allowed[:] = False  # an infinite switch cost forbids switching: one static clock
-        tau_sw_s, eps_sw_j = 0.0, (0.0 if not np.isfinite(eps_sw_j) else eps_sw_j)
+        tau_sw_s, eps_sw_j = 0.0, 0.0
     if method == "exact" and d_min_s > 0:
         raise PlanInputError("the exact method does not support d_min_s > 0; use lagrangian")
     budget = (1.0 + epsilon) * float(t[:, default].sum())
