@@ -133,7 +133,7 @@ def plan_cmd(
         tables = build_tables(prof)
         tau = tau_sw_ms / 1000
         dmin = None if d_min_ms is None else d_min_ms / 1000
-        res = plan_dvfs(tables.repeat(layers) if layers > 1 else tables, epsilon=epsilon, tau_sw_s=tau,
+        res = plan_dvfs(tables.stack_layers(layers) if layers > 1 else tables, epsilon=epsilon, tau_sw_s=tau,
                         d_min_s=dmin, boundaries=boundaries)  # type: ignore[arg-type]
         if out is not None:
             if layers > 1:

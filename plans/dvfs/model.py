@@ -167,6 +167,43 @@ class KernelTables:
             idle_power_w=self.idle_power_w, calibration_factor=self.calibration_factor,
         )
 
+    def stack_layers(self, layers: int) -> "KernelTables":
+        """A model of ``layers`` identical layers from a one-layer step, in training order.
+
+        Forward items of layers 0..L-1, then backward items of layers L-1..0, then everything
+        else (optimizer) once per layer. Phase labels get the layer number (``layer3.backward.mlp``).
+        ``first_kernel`` indexes the synthetic stacked sequence, not the profiled one.
+        """
+        if layers < 1:
+            raise PlanInputError("layers must be >= 1")
+        fwd = [i for i, p in enumerate(self.phases) if ".forward" in p]
+        bwd = [i for i, p in enumerate(self.phases) if ".backward" in p]
+        rest = [i for i in range(self.n_items) if i not in set(fwd) | set(bwd)]
+        idx: list[int] = []
+        labels: list[str] = []
+
+        def relabel(i: int, layer: int) -> str:
+            head, _, tail = self.phases[i].partition(".")
+            return f"layer{layer}.{tail}" if head.startswith("layer") else f"{self.phases[i]}"
+
+        for layer in range(layers):
+            idx += fwd
+            labels += [relabel(i, layer) for i in fwd]
+        for layer in reversed(range(layers)):
+            idx += bwd
+            labels += [relabel(i, layer) for i in bwd]
+        for _ in range(layers):
+            idx += rest
+            labels += [self.phases[i] for i in rest]
+        ix = np.asarray(idx)
+        return KernelTables(
+            sm_clocks_mhz=self.sm_clocks_mhz, mem_clocks_mhz=self.mem_clocks_mhz, time_s=self.time_s[ix],
+            energy_j=self.energy_j[ix], power_w=self.power_w[ix], effective_clock_mhz=self.effective_clock_mhz[ix],
+            measured=self.measured[ix], names=tuple(self.names[i] for i in idx), phases=tuple(labels),
+            first_kernel=np.arange(len(idx)), default_option=self.default_option, gap_time_s=self.gap_time_s * layers,
+            idle_power_w=self.idle_power_w, calibration_factor=self.calibration_factor,
+        )
+
     def select(self, options: Sequence[int]) -> "KernelTables":
         """Tables restricted to some clock options (e.g. a clock floor). Keeps the default if listed."""
         idx = np.asarray(options, dtype=int)

@@ -151,7 +151,7 @@ def test_synthetic_profile_plans() -> None:
     assert per_kernel.switches > 0 and static.switches == 0 and static.static_clock_mhz is not None
     assert with_cost.slowdown_pct <= 2.0 + 1e-9 and with_cost.modelled
     # 24 layers x all 110 clocks runs through the Lagrangian path (its speed is a benchmark, not a test)
-    big = plan_dvfs(tables.repeat(24), epsilon=0.02, tau_sw_s=5e-3, clock_floor_mhz=0)
+    big = plan_dvfs(tables.stack_layers(24), epsilon=0.02, tau_sw_s=5e-3, clock_floor_mhz=0)
     assert big.success and big.method == "lagrangian" and big.gap < 0.01
 
 

@@ -177,3 +177,17 @@ def test_classification_uses_counters_when_present() -> None:
 def test_model_input_errors() -> None:
     with pytest.raises(PlanInputError, match="default clock"):
         build_tables(gpt3xl_layer_profile(), sm_clocks_mhz=[1000, 1500])
+
+
+def test_stack_layers_orders_forward_then_backward_reversed_then_optimizer(tables) -> None:
+    big = tables.stack_layers(3)
+    assert big.n_items == 3 * tables.n_items
+    order = []
+    for p in big.phases:
+        key = p if p == "optimizer" else ".".join(p.split(".")[:2])
+        if not order or order[-1] != key:
+            order.append(key)
+    assert order == ["layer0.forward", "layer1.forward", "layer2.forward", "layer2.backward", "layer1.backward",
+                     "layer0.backward", "optimizer"]
+    d = tables.default_option
+    assert big.time_s[:, d].sum() == pytest.approx(3 * tables.time_s[:, d].sum())
