@@ -65,7 +65,7 @@ def _pass_level(tables: KernelTables, budget_s: float, tau: float, esw: float, f
     return a
 
 
-def run(profile_path: Path, *, layers: int, epsilon: float, tau_ms: float) -> dict:
+def run(profile_path: Path, *, layers: int, epsilon: float, tau_ms: float, with_oracle: bool = True) -> dict:
     prof = load_profile(profile_path)
     one = build_tables(prof)
     tables = one.stack_layers(layers) if layers > 1 else one
@@ -97,8 +97,10 @@ def run(profile_path: Path, *, layers: int, epsilon: float, tau_ms: float) -> di
     ]
 
     # gap to the exact oracle on a reduced instance (one layer, 8 clocks): HiGHS MILP
-    oracle_info: dict = {}
+    oracle_info: dict = {"skipped": "with_oracle=False"}
     try:
+        if not with_oracle:
+            raise ImportError
         from plans.dvfs import oracle
 
         picks = np.unique(np.concatenate(([one.default_option], np.flatnonzero(one.sm_clocks_mhz >= floor)[::7])))
@@ -117,7 +119,8 @@ def run(profile_path: Path, *, layers: int, epsilon: float, tau_ms: float) -> di
                        "auto_gap_pct": round(100 * (auto.energy_j / E_opt - 1), 4),
                        "lagrangian_s": round(lag_s, 4), "milp_s": round(milp_s, 4), "milp_over_lagrangian": round(milp_s / max(lag_s, 1e-9), 1)}
     except ImportError:
-        oracle_info = {"skipped": "highspy not installed (pip install gridshift[milp])"}
+        if with_oracle:
+            oracle_info = {"skipped": "highspy not installed (pip install gridshift[milp])"}
 
     sweep = []
     for tms in (0.0, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0):
