@@ -22,7 +22,7 @@ from plans.dvfs.profile import KernelProfile
 from plans.dvfs.result import PlanResult
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PlanParameters", "PlanSegment", "Prediction", "ClockPlan",
-           "plan_from_result", "save_plan", "load_plan"]
+           "plan_from_result", "save_plan", "load_plan", "load_mode_plan"]
 
 PLAN_FORMAT = "gridshift.clock_plan"
 PLAN_VERSION = 1
@@ -184,3 +184,16 @@ def load_plan(path: str | Path, *, gpu_model: str | None = None, sm_clocks_mhz: 
         if bad:
             raise PlanFileError(f"{p}: SM clocks {bad} MHz are not supported by this GPU")
     return plan
+
+
+def load_mode_plan(clock_plan: str | Path, *, policy_path: str | Path | None = None, gpu_model: str | None = None,
+                   sm_clocks_mhz: Sequence[int] | None = None) -> ClockPlan:
+    """Load the plan a policy mode names (``clock_plan: path``).
+
+    A relative path is resolved against the policy file's folder, so a policy and its plan can move
+    together. Errors are :class:`PlanFileError` naming the resolved file.
+    """
+    p = Path(clock_plan)
+    if not p.is_absolute() and policy_path is not None:
+        p = Path(policy_path).resolve().parent / p
+    return load_plan(p, gpu_model=gpu_model, sm_clocks_mhz=sm_clocks_mhz)

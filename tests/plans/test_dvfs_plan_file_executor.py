@@ -102,6 +102,12 @@ def test_a_policy_mode_names_a_plan_that_loads(tmp_path: Path, phase_plan: Clock
     p = save_plan(phase_plan, tmp_path / "plan.json")
     mode = Mode(clock_plan=p)
     assert load_plan(mode.clock_plan) == phase_plan
+    from plans.dvfs.plan_file import load_mode_plan
+
+    policy = tmp_path / "policy.yaml"
+    assert load_mode_plan(Mode(clock_plan=Path("plan.json")).clock_plan, policy_path=policy, gpu_model="NVIDIA H200") == phase_plan
+    with pytest.raises(PlanFileError, match=str(tmp_path / "nope.json")):
+        load_mode_plan(Path("nope.json"), policy_path=policy)
 
 
 # -- executor ------------------------------------------------------------------------------------
