@@ -152,6 +152,11 @@ def _pointers(T: np.ndarray, dmin: float) -> np.ndarray:
 def _seg_dp(pb: Problem, lams: np.ndarray, P: np.ndarray, T: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     """Optimal plans of min E + lam*T for each lam (exact for each lam). Returns assignments and DP values."""
     L, n, m = len(lams), pb.n, pb.m
+    if pb.tau_s == 0 and pb.esw_j == 0 and pb.dmin_s == 0 and pb.allowed[1:].all():
+        # free switches: the problem separates per item (the multiple-choice knapsack's Lagrangian)
+        cost = pb.e[None, :, :] + lams[:, None, None] * pb.t[None, :, :]
+        best = np.argmin(cost, axis=2)
+        return list(best), np.take_along_axis(cost, best[:, :, None], axis=2)[:, :, 0].sum(axis=1)
     s = pb.esw_j + lams * pb.tau_s  # (L,) price of one switch
     C = np.zeros((L, n + 1, m))
     np.cumsum(pb.e[None, :, :] + lams[:, None, None] * pb.t[None, :, :], axis=1, out=C[:, 1:, :])
@@ -205,37 +210,37 @@ def _seg_dp(pb: Problem, lams: np.ndarray, P: np.ndarray, T: np.ndarray) -> tupl
 
 
 def _repair(pb: Problem, a: np.ndarray, P_T: np.ndarray, P_E: np.ndarray, max_moves: int = 500) -> np.ndarray:
-    """Greedy local search on whole segments: re-clock or merge while energy falls and time fits."""
+    """Greedy local search on whole segments: re-clock (or merge into a neighbour) while energy falls and time fits.
+
+    Each move is the single best one over all segments and clocks, evaluated with numpy at once.
+    """
     a = a.copy()
+    opts = np.arange(pb.m)
     for _ in range(max_moves):
         bounds = np.flatnonzero(np.diff(a)) + 1
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [pb.n]))
-        E, Tm, S = evaluate_assignment(pb.t, pb.e, a, tau_sw_s=pb.tau_s, eps_sw_j=pb.esw_j)
+        K = len(starts)
+        E, Tm, _ = evaluate_assignment(pb.t, pb.e, a, tau_sw_s=pb.tau_s, eps_sw_j=pb.esw_j)
         slack = pb.budget_s - Tm
-        best_gain, best_move = 1e-12 * max(E, 1e-300), None
-        for k, (s0, e0) in enumerate(zip(starts, ends)):
-            f = a[s0]
-            seg_t = P_T[e0] - P_T[s0]
-            seg_e = P_E[e0] - P_E[s0]
-            d_sw = np.zeros(pb.m)
-            if k > 0:
-                d_sw -= (a[s0 - 1] == np.arange(pb.m))  # merging with the left neighbour saves a switch
-            if k < len(starts) - 1:
-                d_sw -= (a[e0] == np.arange(pb.m))
-            dT = seg_t - seg_t[f] + d_sw * pb.tau_s
-            dE = seg_e - seg_e[f] + d_sw * pb.esw_j
-            ok = (dT <= slack + 1e-15) & (dE < -best_gain)
-            if pb.dmin_s > 0:
-                ok &= (seg_t >= pb.dmin_s) | (len(starts) == 1)
-            ok[f] = False
-            if ok.any():
-                j = int(np.argmin(np.where(ok, dE, _INF)))
-                best_gain, best_move = -dE[j], (s0, e0, j)
-        if best_move is None:
+        seg_t = P_T[ends] - P_T[starts]  # (K, m)
+        seg_e = P_E[ends] - P_E[starts]
+        f = a[starts]
+        left = np.where(np.arange(K) > 0, a[np.maximum(starts - 1, 0)], -1)
+        right = np.where(np.arange(K) < K - 1, a[np.minimum(ends, pb.n - 1)], -1)
+        d_sw = -((left[:, None] == opts[None, :]).astype(float) + (right[:, None] == opts[None, :]))
+        cur_t = seg_t[np.arange(K), f][:, None]
+        cur_e = seg_e[np.arange(K), f][:, None]
+        dT = seg_t - cur_t + d_sw * pb.tau_s
+        dE = seg_e - cur_e + d_sw * pb.esw_j
+        ok = (dT <= slack + 1e-15) & (dE < -1e-12 * max(E, 1e-300))
+        if pb.dmin_s > 0 and K > 1:
+            ok &= seg_t >= pb.dmin_s * (1 - 1e-12)
+        ok[np.arange(K), f] = False
+        if not ok.any():
             break
-        s0, e0, j = best_move
-        a[s0:e0] = j
+        k, j = np.unravel_index(int(np.argmin(np.where(ok, dE, _INF))), ok.shape)
+        a[starts[k]:ends[k]] = j
     return a
 
 
@@ -258,32 +263,40 @@ def _blend(pb: Problem, fast: np.ndarray, slow: np.ndarray) -> np.ndarray:
     Identical kernels share breakpoints, so one lambda step moves them all at once and leaves slack
     unused. Starting from the feasible ``fast`` plan, move each maximal run where the plans differ
     to ``slow`` in order of energy saved per second spent, while the budget (and d_min) allow.
+    Runs are separated by items where both plans agree, so their effects add up independently;
+    inside and at the edges of a moved run the switches are exactly those of ``slow``.
     """
     diff = fast != slow
     if not diff.any():
         return fast
     edges = np.flatnonzero(np.diff(np.concatenate(([0], diff.astype(np.int8), [0]))))
-    runs = list(zip(edges[0::2], edges[1::2]))
+    s0, e0 = edges[0::2], edges[1::2]
+    rows = np.arange(pb.n)
+    cum = lambda x: np.concatenate(([0.0], np.cumsum(x)))  # noqa: E731
+    dt = cum(pb.t[rows, slow] - pb.t[rows, fast])
+    de = cum(pb.e[rows, slow] - pb.e[rows, fast])
+    sw_f = np.concatenate(([0], (fast[1:] != fast[:-1]).astype(int)))
+    sw_s = np.concatenate(([0], (slow[1:] != slow[:-1]).astype(int)))
+    ds = cum(np.concatenate((sw_s - sw_f, [0])))  # index n is a dummy edge after the last item
+    d_switch = ds[np.minimum(e0 + 1, pb.n + 1)] - ds[s0]
+    dT = dt[e0] - dt[s0] + d_switch * pb.tau_s
+    dE = de[e0] - de[s0] + d_switch * pb.esw_j
+    edge_ok = (pb.allowed[s0] | (s0 == 0) | (sw_s[s0] == 0)) & ((e0 >= pb.n) | pb.allowed[np.minimum(e0, pb.n - 1)] | (sw_s[np.minimum(e0, pb.n - 1)] == 0))
+    order = np.argsort(np.where(dT > 0, dE / np.where(dT > 0, dT, 1.0), -_INF))
     a = fast.copy()
-    E, Tm, _ = evaluate_assignment(pb.t, pb.e, a, tau_sw_s=pb.tau_s, eps_sw_j=pb.esw_j)
-    moves = []
-    for s0, e0 in runs:
-        b = a.copy()
-        lo, hi = max(s0 - 1, 0), min(e0 + 1, pb.n)
-        b[s0:e0] = slow[s0:e0]
-        e_old, t_old, _ = evaluate_assignment(pb.t[lo:hi], pb.e[lo:hi], a[lo:hi], tau_sw_s=pb.tau_s, eps_sw_j=pb.esw_j)
-        e_new, t_new, _ = evaluate_assignment(pb.t[lo:hi], pb.e[lo:hi], b[lo:hi], tau_sw_s=pb.tau_s, eps_sw_j=pb.esw_j)
-        dE, dT = e_new - e_old, t_new - t_old
-        if dE < 0:
-            moves.append((dE / dT if dT > 0 else -_INF, s0, e0, dE, dT))
-    moves.sort()
-    for _, s0, e0, dE, dT in moves:
-        if Tm + dT <= pb.budget_s * (1 + 1e-12):
+    Tm = evaluate_assignment(pb.t, pb.e, a, tau_sw_s=pb.tau_s, eps_sw_j=pb.esw_j)[1]
+    for r in order:
+        if dE[r] >= 0 or not edge_ok[r] or Tm + dT[r] > pb.budget_s * (1 + 1e-12):
+            continue
+        if pb.dmin_s > 0:
             b = a.copy()
-            b[s0:e0] = slow[s0:e0]
-            if pb.allowed[s0] or s0 == 0 or b[s0] == b[s0 - 1]:
-                if (e0 == pb.n or pb.allowed[e0] or b[e0] == b[e0 - 1]) and _valid_dmin(pb, b):
-                    a, Tm = b, Tm + dT
+            b[s0[r]:e0[r]] = slow[s0[r]:e0[r]]
+            if not _valid_dmin(pb, b):
+                continue
+            a = b
+        else:
+            a[s0[r]:e0[r]] = slow[s0[r]:e0[r]]
+        Tm += dT[r]
     return a
 
 
