@@ -34,7 +34,9 @@ from plans.dvfs.model import KernelTables, build_tables  # noqa: E402
 from plans.dvfs.planner import evaluate_assignment, phase_boundaries, plan_dvfs  # noqa: E402
 from plans.dvfs.profile import load_profile  # noqa: E402
 
-DEFAULT_PROFILE = ROOT / "tests" / "data" / "SYNTHETIC_gpt3xl_layer_h200_profile.json"
+REAL_PROFILE = ROOT / "tests" / "data" / "h200_gpt3xl_layer_profile.json"  # committed once captured on the H200
+SYNTHETIC_PROFILE = ROOT / "tests" / "data" / "SYNTHETIC_gpt3xl_layer_h200_profile.json"
+DEFAULT_PROFILE = REAL_PROFILE if REAL_PROFILE.exists() else SYNTHETIC_PROFILE
 
 
 def _step(tables: KernelTables, a: np.ndarray, tau: float, esw: float) -> tuple[float, float, int]:
@@ -123,7 +125,7 @@ def run(profile_path: Path, *, layers: int, epsilon: float, tau_ms: float, with_
             oracle_info = {"skipped": "highspy not installed (pip install gridshift[milp])"}
 
     sweep = []
-    for tms in (0.0, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0):
+    for tms in (0.0, 0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0):
         tt = tms / 1000
         r = plan_dvfs(tables, epsilon=epsilon, tau_sw_s=tt, d_min_s=None if tt > 0 else 0.0)
         E, T, S = _step(tables, r.assignment, tt, tt * tables.idle_power_w)
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"oracle: {out['oracle']}")
     print("switch-latency sweep (gridshift plan | per-kernel Spaan plan charged the real latency):")
     for r in out["switch_latency_sweep"]:
-        print(f"  {r['switch_latency_ms']:5.1f} ms: {r['energy_saving_pct']:6.2f}% saved, {r['slowdown_pct']:6.2f}% slower, "
+        print(f"  {r['switch_latency_ms']:6.2f} ms: {r['energy_saving_pct']:6.2f}% saved, {r['slowdown_pct']:6.2f}% slower, "
               f"{r['switches_per_iteration']:5d} switches | {r['spaan_plan_energy_saving_pct']:8.2f}% saved, {r['spaan_plan_slowdown_pct']:8.2f}% slower")
     return 0
 
