@@ -26,19 +26,40 @@ app.add_typer(profile_app, name="profile")
 
 #: the environment variable a profiled script reads to know where to save its profile
 PROFILE_OUT_ENV = "GRIDSHIFT_PROFILE_OUT"
+#: set only with --sweep-clocks --allow-clock-changes: the clocks the script may sweep
+SWEEP_ENV = "GRIDSHIFT_SWEEP_CLOCKS"
 
 
 @profile_app.command("run", context_settings={"allow_extra_args": True})
 def run_cmd(
     command: Annotated[list[str], typer.Argument(help="Training command after `--`.")],
     out: Annotated[Path, typer.Option(help="Where the command must write the profile.")] = Path("profile.json"),
+    sweep_clocks: Annotated[Optional[str], typer.Option(
+        "--sweep-clocks", help="Comma-separated SM clocks (MHz) to sweep: CHANGES GPU CLOCKS; needs --allow-clock-changes.")] = None,
+    allow_clock_changes: Annotated[bool, typer.Option(
+        help="Permit --sweep-clocks on hardware you own. Never on a lent or shared GPU.")] = False,
 ) -> None:
-    """Run CMD with GRIDSHIFT_PROFILE_OUT=OUT; the script captures its step with plans.dvfs.capture."""
+    """Run CMD with GRIDSHIFT_PROFILE_OUT=OUT; the script captures its step with plans.dvfs.capture.
+
+    With --sweep-clocks (and --allow-clock-changes) the script also gets GRIDSHIFT_SWEEP_CLOCKS and is
+    expected to call plans.dvfs.capture.sweep_clocks with its backend's clock control.
+    """
     from flows.job import resolve_argv
     from plans.dvfs.errors import ProfileError
     from plans.dvfs.profile import load_profile
 
     env = dict(os.environ, **{PROFILE_OUT_ENV: str(out.resolve())})
+    if sweep_clocks is not None:
+        if not allow_clock_changes:
+            raise fail("--sweep-clocks changes GPU clocks; add --allow-clock-changes, and only on hardware you own "
+                       "(never on a lent or shared GPU)", EXIT_INPUT)
+        try:
+            clocks = [int(c) for c in sweep_clocks.split(",") if c.strip()]
+        except ValueError:
+            raise fail(f"--sweep-clocks must be comma-separated MHz values, got {sweep_clocks!r}", EXIT_INPUT) from None
+        if not clocks:
+            raise fail("--sweep-clocks needs at least one clock", EXIT_INPUT)
+        env[SWEEP_ENV] = ",".join(str(c) for c in clocks)
     try:
         rc = subprocess.call(resolve_argv(command), env=env)
     except OSError as exc:

@@ -24,12 +24,15 @@ import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from plans.dvfs.errors import ProfileError
+if TYPE_CHECKING:
+    from plans.dvfs.executor import ClockControl
+
+from plans.dvfs.errors import PlanInputError, ProfileError
 from plans.dvfs.profile import IterationSpan, KernelProfile, KernelRecord, ProfileMeta
 
-__all__ = ["ITERATION_PREFIX", "profile_from_trace", "phase", "capture_steps"]
+__all__ = ["ITERATION_PREFIX", "profile_from_trace", "phase", "capture_steps", "sweep_clocks"]
 
 ITERATION_PREFIX = "gridshift.iteration."
 _GPU_CATS = {"kernel": "kernel", "gpu_memset": "memset", "gpu_memcpy": "memcpy"}
@@ -156,3 +159,42 @@ def capture_steps(step: Callable[[], Any], *, meta: ProfileMeta, warmup: int = 3
     meta = meta.model_copy(update={"captured_at": meta.captured_at or datetime.now(timezone.utc).isoformat(),
                                    "torch_version": meta.torch_version or torch.__version__})
     return profile_from_trace(trace, meta=meta)
+
+
+def sweep_clocks(
+    capture: Callable[[], KernelProfile],
+    control: "ClockControl",
+    clocks_mhz: Sequence[int],
+    *,
+    allow_clock_changes: bool = False,
+) -> dict[int, dict[int, tuple[float, None]]]:
+    """Measure every kernel's duration at several locked SM clocks (``--sweep-clocks``).
+
+    For each clock: lock it through ``control``, call ``capture()`` (e.g. a ``capture_steps``
+    closure), and record each kernel's duration (last iteration, by index). The lock is always
+    reset afterwards. Power per kernel cannot be metered at kernel scale (NVML updates every
+    ~100 ms), so the power slot is None and :func:`build_tables` keeps those cells ``modelled``.
+
+    Refused unless ``allow_clock_changes=True``: this changes GPU clocks. Use it only on hardware
+    you own and may reconfigure, never on a lent or shared GPU.
+    """
+    if not allow_clock_changes:
+        raise PlanInputError("a clock sweep changes GPU clocks; pass allow_clock_changes=True only on hardware "
+                             "you own (never on a lent or shared GPU)")
+    if not clocks_mhz:
+        raise PlanInputError("give at least one clock to sweep")
+    out: dict[int, dict[int, tuple[float, None]]] = {}
+    n_kernels: int | None = None
+    try:
+        for f in clocks_mhz:
+            control.set_locked_sm_clock_mhz(int(f), int(f))
+            kernels = capture().iteration_kernels()
+            if n_kernels is not None and len(kernels) != n_kernels:
+                raise ProfileError(f"the step launched {len(kernels)} kernels at {f} MHz but {n_kernels} before; "
+                                   "a sweep needs a deterministic step")
+            n_kernels = len(kernels)
+            for i, k in enumerate(kernels):
+                out.setdefault(i, {})[int(f)] = (k.duration_us * 1e-6, None)
+    finally:
+        control.reset_locked_sm_clock()
+    return out

@@ -285,7 +285,7 @@ def build_tables(
     iteration: int | None = None,
     sm_clocks_mhz: Sequence[int] | None = None,
     mem_clocks_mhz: Sequence[int] | None = None,
-    measured: Mapping[str, Mapping[int, tuple[float, float]]] | None = None,
+    measured: Mapping[int | str, Mapping[int, tuple[float, float | None]]] | None = None,
 ) -> KernelTables:
     """Time/energy tables for one iteration of ``profile``.
 
@@ -297,8 +297,11 @@ def build_tables(
         Memory clock options; used only where ``profile.meta.memory_clock_lockable`` (GeForce);
         options are then all (SM, memory) pairs. Data-centre parts keep the default memory clock.
     measured:
-        ``{kernel name: {sm_clock_mhz: (duration_s, power_w)}}`` from a clock sweep on hardware
-        where sweeping is allowed. Matching cells replace the model and are marked measured.
+        ``{kernel: {sm_clock_mhz: (duration_s, power_w | None)}}`` from a clock sweep on hardware
+        where sweeping is allowed (:func:`plans.dvfs.capture.sweep_clocks`); a key is the kernel's
+        index within the iteration (int) or its name (str, every kernel of that name). Matching
+        cells replace the model. A cell is marked measured only when its power was measured too;
+        a measured duration with modelled power stays ``modelled``.
     """
     meta = profile.meta
     kernels = profile.iteration_kernels(iteration)
@@ -346,14 +349,20 @@ def build_tables(
     kmeas = np.zeros_like(kt, dtype=bool)
     if measured:
         for i, k in enumerate(kernels):
-            table = measured.get(k.name)
+            table = measured.get(i) or measured.get(k.name)
             if not table:
                 continue
             for j, f in enumerate(f_opt):
                 cell = table.get(int(f))
-                if cell is not None and m_opt[j] == m0:
-                    kt[i, j], kp[i, j] = float(cell[0]), float(cell[1])
-                    kf[i, j] = f
+                if cell is None or m_opt[j] != m0:
+                    continue
+                duration_s, power_w = cell
+                if not (duration_s > 0 and np.isfinite(duration_s)) or (power_w is not None and not power_w > 0):
+                    raise PlanInputError(f"measured cell for kernel {i} at {int(f)} MHz must be positive: {cell!r}")
+                kt[i, j] = float(duration_s)
+                kf[i, j] = f
+                if power_w is not None:
+                    kp[i, j] = float(power_w)
                     kmeas[i, j] = True
     ke = kt * kp
 

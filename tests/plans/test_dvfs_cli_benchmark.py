@@ -62,6 +62,18 @@ def test_profile_run_passes_the_output_path(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "GRIDSHIFT_PROFILE_OUT" in res.output
 
 
+def test_sweep_clocks_is_refused_without_explicit_permission(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["profile", "run", "--out", str(tmp_path / "p.json"), "--sweep-clocks", "1500,1980", "--",
+                              sys.executable, "-c", "raise SystemExit(9)"])
+    assert res.exit_code == 2 and "allow-clock-changes" in res.output  # refused before the command runs
+    script = ("import os; from plans.dvfs.synthetic import gpt3xl_layer_profile as g; "
+              "from plans.dvfs.profile import save_profile as s; "
+              "assert os.environ['GRIDSHIFT_SWEEP_CLOCKS'] == '1500,1980'; s(g(), os.environ['GRIDSHIFT_PROFILE_OUT'])")
+    res = runner.invoke(app, ["profile", "run", "--out", str(tmp_path / "p.json"), "--sweep-clocks", "1500,1980",
+                              "--allow-clock-changes", "--", sys.executable, "-c", script])
+    assert res.exit_code == 0, res.output
+
+
 def test_benchmark_json_contract() -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:

@@ -130,6 +130,8 @@ def test_measured_cells_replace_the_model_and_change_provenance() -> None:
     prof = gpt3xl_layer_profile()
     name = prof.kernels[0].name
     t = build_tables(prof, measured={name: {1980: (1e-5, 300.0), 1500: (2e-5, 200.0)}})
+    with pytest.raises(PlanInputError, match="positive"):
+        build_tables(prof, measured={0: {1500: (-1.0, None)}})
     assert t.provenance() == "mixed"
     first = 0
     j = int(np.flatnonzero(t.sm_clocks_mhz == 1500)[0])
@@ -191,3 +193,36 @@ def test_stack_layers_orders_forward_then_backward_reversed_then_optimizer(table
                      "layer0.backward", "optimizer"]
     d = tables.default_option
     assert big.time_s[:, d].sum() == pytest.approx(3 * tables.time_s[:, d].sum())
+
+
+def test_clock_sweep_is_refused_unless_allowed_and_always_resets() -> None:
+    from plans.dvfs.capture import sweep_clocks
+
+    calls: list[tuple] = []
+
+    class Control:
+        def set_locked_sm_clock_mhz(self, lo: int, hi: int) -> None:
+            calls.append(("set", lo, hi))
+
+        def reset_locked_sm_clock(self) -> None:
+            calls.append(("reset",))
+
+    prof = gpt3xl_layer_profile()
+    with pytest.raises(PlanInputError, match="never on a lent"):
+        sweep_clocks(lambda: prof, Control(), [1500])
+    assert calls == []
+    table = sweep_clocks(lambda: prof, Control(), [1500, 1980], allow_clock_changes=True)
+    assert calls == [("set", 1500, 1500), ("set", 1980, 1980), ("reset",)]
+    assert table[0][1500] == (prof.kernels[0].duration_us * 1e-6, None)
+    t = build_tables(prof, measured=table)
+    assert t.provenance() == "modelled"  # durations measured, power modelled: the energy stays modelled
+    j = int(np.flatnonzero(t.sm_clocks_mhz == 1500)[0])
+    assert t.time_s[0, j] == pytest.approx(prof.kernels[0].duration_us * 1e-6)
+
+    def flaky() -> object:
+        raise RuntimeError("step crashed")
+
+    calls.clear()
+    with pytest.raises(RuntimeError):
+        sweep_clocks(flaky, Control(), [1500], allow_clock_changes=True)  # type: ignore[arg-type]
+    assert calls[-1] == ("reset",)
