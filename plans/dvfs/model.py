@@ -151,22 +151,6 @@ class KernelTables:
             return "measured"
         return "modelled" if not self.measured.any() else "mixed"
 
-    def repeat(self, times: int) -> "KernelTables":
-        """The same tables concatenated ``times`` times (e.g. several identical layers)."""
-        if times < 1:
-            raise PlanInputError("times must be >= 1")
-        n = self.n_items
-        return KernelTables(
-            sm_clocks_mhz=self.sm_clocks_mhz, mem_clocks_mhz=self.mem_clocks_mhz,
-            time_s=np.tile(self.time_s, (times, 1)), energy_j=np.tile(self.energy_j, (times, 1)),
-            power_w=np.tile(self.power_w, (times, 1)), effective_clock_mhz=np.tile(self.effective_clock_mhz, (times, 1)),
-            measured=np.tile(self.measured, (times, 1)),
-            names=self.names * times, phases=tuple(f"r{r}.{p}" for r in range(times) for p in self.phases),
-            first_kernel=np.concatenate([self.first_kernel + r * (int(self.first_kernel[-1]) + 1) for r in range(times)]),
-            default_option=self.default_option, gap_time_s=self.gap_time_s * times,
-            idle_power_w=self.idle_power_w, calibration_factor=self.calibration_factor,
-        )
-
     def stack_layers(self, layers: int) -> "KernelTables":
         """A model of ``layers`` identical layers from a one-layer step, in training order.
 
