@@ -47,6 +47,7 @@ from flows.cli import run as _run  # noqa: E402,F401
 from flows.cli import intensity as _intensity  # noqa: E402,F401
 from flows.cli import bench as _bench  # noqa: E402,F401
 from flows.cli import gpu as _gpu  # noqa: E402,F401
+from flows.cli import profile as _profile  # noqa: E402,F401
 
 
 def main() -> None:
