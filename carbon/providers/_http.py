@@ -105,7 +105,13 @@ EXCEPTION_ERRORS: dict[type[Exception], type[CarbonError]] = {
     httpx.TooManyRedirects: BadResponse,
     httpx.HTTPStatusError: BadResponse,
     httpx.InvalidURL: ProviderUnreachable,
+    # programming errors in how a body is read; they still must not escape as tracebacks
     httpx.StreamError: BadResponse,
+    httpx.StreamConsumed: BadResponse,
+    httpx.StreamClosed: BadResponse,
+    httpx.ResponseNotRead: BadResponse,
+    httpx.RequestNotRead: BadResponse,
+    httpx.CookieConflict: BadResponse,
     json.JSONDecodeError: BadResponse,
 }
 

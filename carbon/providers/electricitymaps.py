@@ -132,7 +132,7 @@ class ElectricityMapsProvider(HttpProvider):
         """The last 24 h from ``/history`` when that covers the window, else ``/past-range`` in 10-day chunks."""
         recent = self._series(require(self._get("/v3/carbon-intensity/history"), "history", provider=self.name, what="history"),
                               forecast=False, what="history")
-        if recent and recent.start <= start:
+        if recent and recent.start <= start and start < recent.end:
             return recent.window(start, end)
         points: list[IntensityPoint] = []
         t = start

@@ -127,7 +127,8 @@ class UkGridProvider(HttpProvider):
         if self.regional:
             path = f"/regional/intensity/{_path_time(now)}/{window}/{self._suffix()}"
         series = self._series(self.api.get_json(path), forecast=True, what="forecast")
-        series = series.window(now, now + horizon)
+        # the API starts the rows at ``now``; only the far end is trimmed to the horizon
+        series = IntensitySeries.of([p for p in series if p.start < now + horizon], zone=self.zone)
         if not series:
             raise NoCoverage("the forecast is empty", provider=self.name)
         return series
