@@ -91,7 +91,9 @@ class ElectricityMapsProvider(HttpProvider):
     def _point(self, row: Any, *, forecast: bool) -> IntensityPoint | None:
         if not isinstance(row, dict):
             raise BadResponse(f"expected an object, got {type(row).__name__}", provider=self.name)
-        value = row.get("carbonIntensity")
+        if "carbonIntensity" not in row:
+            raise BadResponse("unexpected carbon-intensity body: missing carbonIntensity", provider=self.name)
+        value = row["carbonIntensity"]
         if value is None:  # the API models it as nullable; a hole, not an error
             return None
         return IntensityPoint(

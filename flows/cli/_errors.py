@@ -37,8 +37,9 @@ def fail(exc: BaseException | str, code: int | None = None) -> "typer.Exit":
 def run_guarded(app: Any) -> int:
     """Run the typer app; anything unexpected is one line and exit 1, never a traceback."""
     try:
-        app(standalone_mode=False)
-        return EXIT_OK
+        # without standalone mode click *returns* the code of a typer.Exit instead of raising it
+        code = app(standalone_mode=False)
+        return code if isinstance(code, int) else EXIT_OK
     except typer.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:
