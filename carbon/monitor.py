@@ -9,9 +9,10 @@ What happens on each ``read(now)``, per source in the chain (e.g. electricitymap
 
 1. A source that failed recently is *resting* (1 min, doubling to 15 min, or the provider's
    ``Retry-After``), so a free tier is not hammered during an outage; it counts as a failure.
-2. Otherwise it is asked for the current value, its forecast and the history since the last
-   fetch. A missing forecast or history is a *note*, not a failure; the built-in forecaster
-   (:mod:`carbon.forecast`, learned from the cached history) fills a missing forecast.
+2. Otherwise it is asked for the current value, its forecast (not again for ``forecast_retry``
+   after it had none) and, on a cold cache or after a gap, its history. A missing forecast or
+   history is a *note*, not a failure; the built-in forecaster (:mod:`carbon.forecast`, learned
+   from the cached history) fills a missing forecast.
 3. A success is written to the on-disk cache (one JSON file per source, surviving restarts).
 4. A failure is recorded (``"label: reason"``). If the same source has a cached answer younger than
    ``max_staleness``, that is served, marked ``stale=True`` - the same signal, slightly old, beats
@@ -112,8 +113,10 @@ class CarbonMonitor:
     learn_window: timedelta = timedelta(days=7)
     rest_base: timedelta = timedelta(minutes=1)
     rest_max: timedelta = timedelta(minutes=15)
+    forecast_retry: timedelta = timedelta(hours=1)
     _providers: dict[str, Provider] = field(default_factory=dict, init=False, repr=False)
     _rest: dict[str, _Rest] = field(default_factory=dict, init=False, repr=False)
+    _no_forecast: dict[str, tuple[datetime, CarbonError]] = field(default_factory=dict, init=False, repr=False)
     _cache: SignalCache = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -130,23 +133,29 @@ class CarbonMonitor:
         notes: list[str] = []
         provider = self._provider(spec)
         current = provider.current(now=now)
-        # history since the last fetch (at least history_window; on a cold cache, learn_window)
-        since = now - self.learn_window
-        if cached is not None and cached.observed:
-            since = max(since, min(cached.observed[-1].end, now - self.history_window))
+        # history: learn_window on a cold cache; later only when the cached observations have a gap
+        # longer than history_window (each read appends its current point, so polling fills the rest)
         observed: list[IntensityPoint] = list(cached.observed) if cached is not None else []
-        try:
-            observed.extend(p for p in provider.history(start=since, end=now) if not p.forecast)
-        except CarbonError as exc:
-            notes.append(f"{spec.label}: no history ({exc})")
+        last_seen = observed[-1].end if observed else None
+        if last_seen is None or now - last_seen > self.history_window:
+            since = now - self.learn_window if last_seen is None else max(last_seen, now - self.learn_window)
+            try:
+                observed.extend(p for p in provider.history(start=since, end=now) if not p.forecast)
+            except CarbonError as exc:
+                notes.append(f"{spec.label}: no history ({exc})")
         observed.append(current)
         observed_series = IntensitySeries.of(observed, zone=provider.zone)
         forecast: tuple[IntensityPoint, ...] = ()
         forecast_by = ""
         try:
+            skip = self._no_forecast.get(spec.label)
+            if skip is not None and now < skip[0]:
+                raise skip[1]
             forecast = tuple(provider.forecast(now=now, horizon=self.forecast_horizon))
             forecast_by = "provider"
         except CarbonError as exc:
+            if skip is None or now >= skip[0]:  # don't ask again for an hour (a paid-only route costs a request)
+                self._no_forecast[spec.label] = (now + self.forecast_retry, exc)
             if self.forecaster is None:
                 notes.append(f"{spec.label}: no forecast ({exc})")
             else:

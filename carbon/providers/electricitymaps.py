@@ -138,11 +138,16 @@ class ElectricityMapsProvider(HttpProvider):
             return recent.window(start, end)
         points: list[IntensityPoint] = []
         t = start
-        while t < end:
-            stop = min(t + _PAST_RANGE_CHUNK, end)
-            body = self._get("/v3/carbon-intensity/past-range", start=t.isoformat(), end=stop.isoformat())
-            points.extend(self._series(require(body, "data", provider=self.name, what="past-range"), forecast=False,
-                                       what="past-range"))
-            t = stop
+        try:
+            while t < end:
+                stop = min(t + _PAST_RANGE_CHUNK, end)
+                body = self._get("/v3/carbon-intensity/past-range", start=t.isoformat(), end=stop.isoformat())
+                points.extend(self._series(require(body, "data", provider=self.name, what="past-range"), forecast=False,
+                                           what="past-range"))
+                t = stop
+        except (AuthFailed, NoCoverage):
+            # free tokens may not reach past-range: the last 24 h are better than nothing
+            if not recent.window(start, end):
+                raise
         points.extend(recent.window(start, end))
         return IntensitySeries.of(points, zone=self.zone).window(start, end)

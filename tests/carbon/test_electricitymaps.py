@@ -101,3 +101,38 @@ def test_over_a_real_socket(server) -> None:
     with get_provider("electricitymaps", zone="US-CAR-DUK", token=EM_TOKEN, base_url=server.url) as p:
         assert p.current(now=NOW).g_per_kwh == 216.0
     assert server.requests[-1].headers["auth-token"] == EM_TOKEN
+
+
+@respx.mock
+def test_free_token_without_past_range_still_gets_the_last_24_h() -> None:
+    respx.get(f"{BASE}/v3/carbon-intensity/history").mock(return_value=httpx.Response(200, json=load_body("em_history_DE.json")))
+    respx.get(f"{BASE}/v3/carbon-intensity/past-range").mock(return_value=httpx.Response(401, json={"error": "Invalid auth-token"}))
+    p = em(zone="DE")
+    end = datetime(2024, 3, 6, 20, tzinfo=timezone.utc)
+    hist = p.history(start=end - timedelta(days=7), end=end)
+    assert len(hist) == 24
+
+
+def test_prefect_secret_block_is_loaded_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+    import types
+
+    code = ("import sys; from carbon.providers.electricitymaps import ElectricityMapsProvider as P; "
+            "P(zone='DE', token='x'); print('prefect' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"  # no block named, no Prefect import
+
+    class Secret:  # the shape of prefect.blocks.system.Secret: load(name).get()
+        @classmethod
+        def load(cls, name: str) -> "Secret":
+            assert name == "em-token"
+            return cls()
+
+        def get(self) -> str:
+            return "from-block"
+
+    fake = types.ModuleType("prefect.blocks.system")
+    fake.Secret = Secret  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "prefect.blocks.system", fake)
+    assert ElectricityMapsProvider(zone="DE", token_block="em-token")._token.get_secret_value() == "from-block"

@@ -154,3 +154,30 @@ def test_forecaster_off_means_no_forecast_and_a_note() -> None:
     now = datetime(2022, 10, 23, 6, 5, tzinfo=timezone.utc)
     r = CarbonMonitor([SourceSpec("miso", lambda: HistoryOnly(series))], forecaster=None).read(now)
     assert not r.has_forecast and r.forecast_by == "" and "no forecast" in r.notes[0]
+
+
+class CountingHistoryOnly(HistoryOnly):
+    def __init__(self, series: IntensitySeries) -> None:
+        super().__init__(series)
+        self.forecast_calls = 0
+        self.history_calls = 0
+
+    def history(self, *, start: datetime, end: datetime) -> IntensitySeries:
+        self.history_calls += 1
+        return super().history(start=start, end=end)
+
+    def forecast(self, *, now: datetime, horizon: timedelta) -> IntensitySeries:
+        self.forecast_calls += 1
+        return super().forecast(now=now, horizon=horizon)
+
+
+def test_a_provider_without_forecast_or_new_history_is_not_asked_on_every_read() -> None:
+    provider = CountingHistoryOnly(load_sample_trace())
+    monitor = CarbonMonitor([SourceSpec("miso", lambda: provider)])
+    now = datetime(2022, 10, 22, 6, 5, tzinfo=timezone.utc)
+    for i in range(6):  # every 10 min for an hour
+        r = monitor.read(now + i * STEP)
+        assert r.forecast_by == "forecast:seasonal"
+    assert provider.forecast_calls == 1 and provider.history_calls == 1
+    monitor.read(now + timedelta(hours=1, minutes=1))
+    assert provider.forecast_calls == 2
