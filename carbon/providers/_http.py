@@ -28,7 +28,6 @@ from typing import Any, Callable, Mapping
 import httpx
 from pydantic import SecretStr
 
-from carbon.providers.base import Provider
 from carbon.errors import (
     AuthFailed,
     BadResponse,
@@ -36,8 +35,8 @@ from carbon.errors import (
     NoCoverage,
     ProviderUnreachable,
     RateLimited,
-    UnknownZone,
 )
+from carbon.providers.base import Provider
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -1,24 +1,11 @@
-"""Fixtures for the carbon tests: real provider bodies and a fake clock."""
+"""Fixtures for the carbon tests: the local fake provider server (one per module, reset per test)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
-
 from fakes.provider_server import ProviderServer
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "carbon"
-
-
-def load_body(name: str) -> Any:
-    return json.loads((DATA / name).read_text(encoding="utf-8"))
-
-
-def raw_body(name: str) -> bytes:
-    return (DATA / name).read_bytes()
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
+from fakes.bodies import load_body
 
 from carbon.errors import BadResponse, NoCoverage, UnknownZone
 from carbon.providers import get_provider
 from carbon.providers.casdk import CarbonAwareSdkProvider, parse_timespan
-from conftest import load_body
 
 NOW = datetime(2022, 7, 19, 13, 40, tzinfo=timezone.utc)
 

@@ -7,12 +7,12 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 import respx
+from fakes.bodies import load_body
+from fakes.provider_server import EM_TOKEN
 
 from carbon.errors import AuthFailed, BadResponse, NoCoverage, UnknownZone
 from carbon.providers import get_provider
 from carbon.providers.electricitymaps import ElectricityMapsProvider
-from conftest import load_body  # tests/carbon/conftest.py
-from fakes.provider_server import EM_TOKEN
 
 NOW = datetime(2024, 3, 6, 19, 30, tzinfo=timezone.utc)
 BASE = "https://api.electricitymap.org"

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from carbon.errors import NoCoverage
 from carbon.forecast import (

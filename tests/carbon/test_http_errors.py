@@ -9,7 +9,14 @@ import httpx
 import pytest
 
 import carbon.errors as errors
-from carbon.errors import AuthFailed, BadResponse, CarbonError, NoCoverage, ProviderUnreachable, RateLimited
+from carbon.errors import (
+    AuthFailed,
+    BadResponse,
+    CarbonError,
+    NoCoverage,
+    ProviderUnreachable,
+    RateLimited,
+)
 from carbon.providers._http import (
     EXCEPTION_ERRORS,
     STATUS_ERRORS,

@@ -7,11 +7,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from carbon.errors import ProviderUnreachable
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.polling import JOB_ID, CarbonPoller
 from carbon.providers.base import Provider
 from carbon.providers.static import StaticProvider
-from carbon.errors import ProviderUnreachable
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
 

@@ -7,11 +7,11 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 import respx
+from fakes.bodies import load_body
 
 from carbon.errors import BadResponse, NoCoverage, UnknownZone
 from carbon.providers import get_provider
 from carbon.providers.ukgrid import UkGridProvider
-from conftest import load_body
 
 NOW = datetime(2018, 1, 20, 12, 10, tzinfo=timezone.utc)
 BASE = "https://api.carbonintensity.org.uk"

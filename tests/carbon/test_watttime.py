@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 import respx
+from fakes.bodies import load_body, raw_body
+from fakes.provider_server import WT_PASSWORD, WT_USER
 
 from carbon.errors import AuthFailed, NoCoverage, RateLimited
 from carbon.providers import get_provider
 from carbon.providers.watttime import WattTimeProvider, lbs_per_mwh_to_g_per_kwh
-from conftest import load_body, raw_body
-from fakes.provider_server import WT_PASSWORD, WT_USER
 
 NOW = datetime(2022, 7, 15, 0, 2, tzinfo=timezone.utc)
 BASE = "https://api.watttime.org"
