@@ -24,6 +24,7 @@ A rested source is tried again by itself, so the monitor recovers without help.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -118,6 +119,8 @@ class CarbonMonitor:
     _rest: dict[str, _Rest] = field(default_factory=dict, init=False, repr=False)
     _no_forecast: dict[str, tuple[datetime, CarbonError]] = field(default_factory=dict, init=False, repr=False)
     _cache: SignalCache = field(init=False, repr=False)
+    # the poller's thread and a run's control loop may read at the same time
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._cache = SignalCache(self.cache_dir, keep_observed=max(self.learn_window, timedelta(days=14)))
@@ -191,6 +194,10 @@ class CarbonMonitor:
     # -- the chain -----------------------------------------------------------------------------
     def read(self, now: datetime) -> Reading:
         """The signal at ``now`` from the first source that answers (or its fresh-enough cache)."""
+        with self._lock:
+            return self._read(now)
+
+    def _read(self, now: datetime) -> Reading:
         failures: list[str] = []
         for spec in self.sources:
             cached = self._cache.load(spec.label)
