@@ -156,6 +156,7 @@ class CarbonMonitor:
                 raise skip[1]
             forecast = tuple(provider.forecast(now=now, horizon=self.forecast_horizon))
             forecast_by = "provider"
+            self._no_forecast.pop(spec.label, None)
         except CarbonError as exc:
             if skip is None or now >= skip[0]:  # don't ask again for an hour (a paid-only route costs a request)
                 self._no_forecast[spec.label] = (now + self.forecast_retry, exc)
