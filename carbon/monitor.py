@@ -1,17 +1,38 @@
 """Read the grid signal with failover: try each source in order, say which one served and why.
 
-``CarbonMonitor.read(now)`` returns a :class:`Reading`: the series (recent history + forecast where
-the source has one), the point in force, the source that served it, and one line per source that
-failed before it. Time is passed in; nothing here reads the clock.
+``CarbonMonitor.read(now)`` returns a :class:`Reading`: the series (recent history + forecast), the
+point in force, the source that served it, and one line per source that failed before it. Time is
+passed in; nothing here reads the clock.
+
+What happens on each ``read(now)``, per source in the chain (e.g. electricitymaps -> ukgrid -> trace
+-> static):
+
+1. A source that failed recently is *resting* (1 min, doubling to 15 min, or the provider's
+   ``Retry-After``), so a free tier is not hammered during an outage; it counts as a failure.
+2. Otherwise it is asked for the current value, its forecast (not again for ``forecast_retry``
+   after it had none) and, on a cold cache or after a gap, its history. A missing forecast or
+   history is a *note*, not a failure; the built-in forecaster (:mod:`carbon.forecast`, learned
+   from the cached history) fills a missing forecast.
+3. A success is written to the on-disk cache (one JSON file per source, surviving restarts).
+4. A failure is recorded (``"label: reason"``). If the same source has a cached answer younger than
+   ``max_staleness``, that is served, marked ``stale=True`` - the same signal, slightly old, beats
+   switching to a different kind of signal. Otherwise the next source is tried.
+
+When every source fails and no cache is fresh enough, :class:`AllSourcesFailed` lists every reason.
+A rested source is tried again by itself, so the monitor recovers without help.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable, Literal, Sequence
 
-from carbon.errors import CarbonError, NoCoverage
+from carbon.cache import CacheEntry, SignalCache
+from carbon.errors import CarbonError, RateLimited
+from carbon.forecast import ForecasterName, forecast_series
 from carbon.providers.base import Provider
 from carbon.series import IntensityPoint, IntensitySeries
 
@@ -19,7 +40,7 @@ __all__ = ["SourceSpec", "Reading", "CarbonMonitor", "AllSourcesFailed"]
 
 
 class AllSourcesFailed(CarbonError):
-    """Every source in the failover chain failed."""
+    """Every source in the failover chain failed, and no cached value is within the staleness limit."""
 
 
 @dataclass(frozen=True)
@@ -32,61 +53,187 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class Reading:
+    """One answer of the monitor, with its provenance.
+
+    ``served_from`` is ``live`` (fetched now) or ``cache`` (the source's last good answer, from
+    ``fetched_at``); ``stale`` is true when a cached answer was served because the source failed.
+    ``forecast_by`` names who made the forecast: ``provider``, ``forecast:seasonal`` (built in), or
+    empty when there is none. ``failures`` are the sources that failed before this one (and why);
+    ``notes`` are non-fatal gaps (no forecast, no history).
+    """
+
     series: IntensitySeries
     current: IntensityPoint
     source: str
     failures: tuple[str, ...] = ()
     stale: bool = False
     has_forecast: bool = False
+    served_from: Literal["live", "cache"] = "live"
+    fetched_at: datetime | None = None
+    forecast_by: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def degraded(self) -> bool:
+        """True when the answer is not a fresh one from the first source."""
+        return self.stale or bool(self.failures)
 
     @property
     def reason(self) -> str:
+        served = f"intensity from {self.source}"
+        if self.served_from == "cache" and self.fetched_at is not None:
+            served += f" (cached at {self.fetched_at:%Y-%m-%d %H:%M} UTC{', stale' if self.stale else ''})"
         if not self.failures:
-            return f"intensity from {self.source}"
-        return f"intensity from {self.source} after: " + "; ".join(self.failures)
+            return served
+        return f"{served} after: " + "; ".join(self.failures)
+
+
+@dataclass
+class _Rest:
+    until: datetime
+    streak: int
+    why: str
 
 
 @dataclass
 class CarbonMonitor:
+    """Failover over ``sources`` with an on-disk cache, a staleness limit and a built-in forecaster.
+
+    ``cache_dir=None`` keeps the cache in memory (lost on restart). ``refresh_after`` > 0 serves a
+    source's cached answer without asking it again while the answer is younger than that (for
+    tight free tiers). ``forecaster=None`` disables the built-in forecast.
+    """
+
     sources: Sequence[SourceSpec]
     forecast_horizon: timedelta = timedelta(hours=24)
     history_window: timedelta = timedelta(hours=6)
+    cache_dir: str | Path | None = None
+    max_staleness: timedelta = timedelta(hours=1)
+    refresh_after: timedelta = timedelta(0)
+    forecaster: ForecasterName | None = "seasonal"
+    learn_window: timedelta = timedelta(days=7)
+    rest_base: timedelta = timedelta(minutes=1)
+    rest_max: timedelta = timedelta(minutes=15)
+    forecast_retry: timedelta = timedelta(hours=1)
     _providers: dict[str, Provider] = field(default_factory=dict, init=False, repr=False)
+    _rest: dict[str, _Rest] = field(default_factory=dict, init=False, repr=False)
+    _no_forecast: dict[str, tuple[datetime, CarbonError]] = field(default_factory=dict, init=False, repr=False)
+    _cache: SignalCache = field(init=False, repr=False)
+    # the poller's thread and a run's control loop may read at the same time
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._cache = SignalCache(self.cache_dir, keep_observed=max(self.learn_window, timedelta(days=14)))
 
     def _provider(self, spec: SourceSpec) -> Provider:
         if spec.label not in self._providers:
             self._providers[spec.label] = spec.build()
         return self._providers[spec.label]
 
+    # -- one source ----------------------------------------------------------------------------
+    def _fetch(self, spec: SourceSpec, now: datetime, cached: CacheEntry | None) -> tuple[CacheEntry, list[str]]:
+        """Ask one source; returns the new cache entry and notes. Raises CarbonError on failure."""
+        notes: list[str] = []
+        provider = self._provider(spec)
+        current = provider.current(now=now)
+        # history: learn_window on a cold cache; later only when the cached observations have a gap
+        # longer than history_window (each read appends its current point, so polling fills the rest)
+        observed: list[IntensityPoint] = list(cached.observed) if cached is not None else []
+        last_seen = observed[-1].end if observed else None
+        if last_seen is None or now - last_seen > self.history_window:
+            since = now - self.learn_window if last_seen is None else max(last_seen, now - self.learn_window)
+            try:
+                observed.extend(p for p in provider.history(start=since, end=now) if not p.forecast)
+            except CarbonError as exc:
+                notes.append(f"{spec.label}: no history ({exc})")
+        observed.append(current)
+        observed_series = IntensitySeries.of(observed, zone=provider.zone)
+        forecast: tuple[IntensityPoint, ...] = ()
+        forecast_by = ""
+        try:
+            skip = self._no_forecast.get(spec.label)
+            if skip is not None and now < skip[0]:
+                raise skip[1]
+            forecast = tuple(provider.forecast(now=now, horizon=self.forecast_horizon))
+            forecast_by = "provider"
+            self._no_forecast.pop(spec.label, None)
+        except CarbonError as exc:
+            if skip is None or now >= skip[0]:  # don't ask again for an hour (a paid-only route costs a request)
+                self._no_forecast[spec.label] = (now + self.forecast_retry, exc)
+            if self.forecaster is None:
+                notes.append(f"{spec.label}: no forecast ({exc})")
+            else:
+                try:
+                    forecast = tuple(forecast_series(observed_series, now=now, horizon=self.forecast_horizon,
+                                                     method=self.forecaster))
+                    forecast_by = f"forecast:{self.forecaster}"
+                    notes.append(f"{spec.label}: no forecast ({exc}); built-in {self.forecaster} forecast used")
+                except CarbonError as exc2:
+                    notes.append(f"{spec.label}: no forecast ({exc}); built-in forecaster: {exc2}")
+        entry = CacheEntry(label=spec.label, fetched_at=now, zone=provider.zone, current=current, forecast=forecast,
+                           forecast_by=forecast_by, observed=tuple(observed_series))
+        return self._cache.save(entry), notes
+
+    def _reading(self, entry: CacheEntry, now: datetime, *, served_from: Literal["live", "cache"], stale: bool,
+                 failures: list[str], notes: list[str]) -> Reading:
+        series = entry.series()
+        current = entry.current
+        if served_from == "cache":
+            # the cached forecast (or last value) for *now*, not the value from fetch time
+            current = series.at(now, max_gap=self.max_staleness) or entry.current
+        return Reading(series=series, current=current, source=entry.label, failures=tuple(failures), stale=stale,
+                       has_forecast=bool(entry.forecast), served_from=served_from, fetched_at=entry.fetched_at,
+                       forecast_by=entry.forecast_by, notes=tuple(notes))
+
+    def _rest_after(self, label: str, now: datetime, exc: CarbonError | Exception) -> None:
+        streak = self._rest[label].streak + 1 if label in self._rest else 0
+        pause = min(self.rest_base * (2**streak), self.rest_max)
+        if isinstance(exc, RateLimited) and exc.retry_after_s is not None:
+            pause = max(pause, timedelta(seconds=exc.retry_after_s))
+        self._rest[label] = _Rest(until=now + pause, streak=streak, why=str(exc))
+
+    # -- the chain -----------------------------------------------------------------------------
     def read(self, now: datetime) -> Reading:
+        """The signal at ``now`` from the first source that answers (or its fresh-enough cache)."""
+        with self._lock:
+            return self._read(now)
+
+    def _read(self, now: datetime) -> Reading:
         failures: list[str] = []
         for spec in self.sources:
-            try:
-                provider = self._provider(spec)
-                current = provider.current(now=now)
-                points = [current]
-                has_forecast = False
+            cached = self._cache.load(spec.label)
+            rest = self._rest.get(spec.label)
+            if rest is not None and now < rest.until:
+                failures.append(f"{spec.label}: resting until {rest.until:%H:%M:%S} UTC after: {rest.why}")
+            elif cached is not None and self.refresh_after > timedelta(0) and timedelta(0) <= cached.age(now) < self.refresh_after:
+                return self._reading(cached, now, served_from="cache", stale=False, failures=failures, notes=[])
+            else:
                 try:
-                    points.extend(provider.forecast(now=now, horizon=self.forecast_horizon))
-                    has_forecast = True
-                except NoCoverage:
-                    pass
-                try:
-                    points.extend(provider.history(start=now - self.history_window, end=now))
-                except NoCoverage:
-                    pass
-                series = IntensitySeries.of(points, zone=provider.zone)
-                # the measured current value wins over a forecast for the same slot
-                series = IntensitySeries.of([p for p in series if p.start != current.start] + [current], zone=provider.zone)
-                return Reading(series=series, current=current, source=spec.label, failures=tuple(failures),
-                               has_forecast=has_forecast)
-            except CarbonError as exc:
-                failures.append(f"{spec.label}: {exc}")
-            except (ValueError, OSError, TypeError) as exc:
-                failures.append(f"{spec.label}: {type(exc).__name__}: {exc}")
+                    entry, notes = self._fetch(spec, now, cached)
+                except CarbonError as exc:
+                    failures.append(f"{spec.label}: {exc}")
+                    self._rest_after(spec.label, now, exc)
+                except (ValueError, OSError, TypeError, KeyError) as exc:  # a provider bug or bad option: fail over
+                    failures.append(f"{spec.label}: {type(exc).__name__}: {exc}")
+                    self._rest_after(spec.label, now, exc)
+                else:
+                    self._rest.pop(spec.label, None)
+                    return self._reading(entry, now, served_from="live", stale=False, failures=failures, notes=notes)
+            if cached is not None:
+                age = cached.age(now)
+                if age <= self.max_staleness:
+                    return self._reading(cached, now, served_from="cache", stale=True, failures=failures, notes=[])
+                failures.append(f"{spec.label}: cached value is {_hours(age)} old, beyond the {_hours(self.max_staleness)} staleness limit")
         raise AllSourcesFailed("no carbon source answered: " + "; ".join(failures))
 
     def close(self) -> None:
         for p in self._providers.values():
             p.close()
         self._providers.clear()
+
+
+def _hours(delta: timedelta) -> str:
+    s = delta.total_seconds()
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+
+

@@ -8,6 +8,7 @@ from typing import Any
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers import get_provider
 from carbon.providers.base import Provider
+from scheduler.ledger import gridshift_home
 from scheduler.policy import CarbonSource, Policy
 
 __all__ = ["monitor_for", "provider_for"]
@@ -29,4 +30,6 @@ def _label(source: CarbonSource) -> str:
 def monitor_for(policy: Policy) -> CarbonMonitor:
     chain = [policy.carbon, *policy.carbon.fallbacks]
     specs = [SourceSpec(label=_label(s), build=(lambda s=s: provider_for(s))) for s in chain]
-    return CarbonMonitor(specs, forecast_horizon=timedelta(seconds=policy.carbon.forecast_horizon_s))
+    return CarbonMonitor(specs, forecast_horizon=timedelta(seconds=policy.carbon.forecast_horizon_s),
+                         max_staleness=timedelta(seconds=policy.carbon.max_staleness_s),
+                         cache_dir=gridshift_home() / "carbon-cache")

@@ -10,10 +10,14 @@ from carbon.providers.base import Provider
 
 __all__ = ["PROVIDERS", "get_provider", "provider_names"]
 
-#: name -> "module:Class"; HTTP providers are added by the carbon-signal work
+#: name -> "module:Class"
 PROVIDERS: dict[str, str] = {
     "trace": "carbon.providers.trace:TraceProvider",
     "static": "carbon.providers.static:StaticProvider",
+    "electricitymaps": "carbon.providers.electricitymaps:ElectricityMapsProvider",
+    "watttime": "carbon.providers.watttime:WattTimeProvider",
+    "ukgrid": "carbon.providers.ukgrid:UkGridProvider",
+    "casdk": "carbon.providers.casdk:CarbonAwareSdkProvider",
 }
 
 

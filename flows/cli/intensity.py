@@ -41,10 +41,12 @@ def intensity(
         with get_provider(provider, **opts) as p:
             point = p.current(now=now)
             points = list(p.forecast(now=now, horizon=timedelta(hours=horizon_h))) if forecast else []
-    except CarbonError as exc:
+    except CarbonError as exc:  # every provider failure: one line, exit 3 (BadTrace: 2)
         raise fail(exc) from None
     except TypeError as exc:
         raise fail(f"provider {provider!r} does not take these options: {exc}", 2) from None
+    except ValueError as exc:  # a bad option value (e.g. -o timeout_s=abc)
+        raise fail(f"{provider}: {exc}", 2) from None
     out: dict[str, Any] = {
         "provider": provider,
         "zone": zone or getattr(p, "zone", "") or "",

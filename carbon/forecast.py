@@ -1,0 +1,183 @@
+"""Built-in intensity forecasts for providers that publish none: pure functions, series -> series.
+
+Three forecasters share one hourly grid (``hourly_means``):
+
+* ``seasonal`` (the default, :func:`seasonal_hourly`): a daily profile learned from the last
+  ``days`` days (the value at the same hour, recent days weighted more by ``day_decay``), blended
+  with the same hour one week earlier (``week_weight``, for the weekday/weekend shape), plus the
+  current deviation from that profile, which fades by ``level_decay`` per hour ahead. In words:
+  "today looks like the last few days, shifted by how far off we are right now".
+* ``persistence`` (:func:`persistence_hourly`): the last value, repeated. Baseline.
+* ``same_hour_yesterday`` (:func:`same_hour_yesterday_hourly`): the value 24 h earlier. Baseline.
+
+Accuracy (``benchmarks/forecast.py``; 24 h-ahead MAPE on the Let's Wait Awhile 2020 traces) is
+documented in ``docs/carbon.md``. Nothing here reads the clock: ``now`` is an argument.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Literal
+
+import numpy as np
+
+from carbon.errors import NoCoverage
+from carbon.series import IntensityPoint, IntensitySeries
+
+__all__ = [
+    "ForecasterName",
+    "FORECASTERS",
+    "forecast_series",
+    "hourly_means",
+    "persistence_hourly",
+    "same_hour_yesterday_hourly",
+    "seasonal_hourly",
+]
+
+ForecasterName = Literal["seasonal", "persistence", "same_hour_yesterday"]
+_HOUR = timedelta(hours=1)
+_HOUR_S = 3600.0
+
+
+def hourly_means(start_s: np.ndarray, duration_s: np.ndarray, values: np.ndarray, *, grid_start_s: float,
+                 n_hours: int) -> np.ndarray:
+    """Time-weighted mean per hour on ``[grid_start_s + i h, + 1 h)``; NaN where nothing covers an hour.
+
+    ``start_s``/``duration_s`` are POSIX seconds and lengths of each sample (points may be 5 min,
+    30 min or several hours long; a long point fills every hour it covers).
+    """
+    total = np.zeros(n_hours)
+    weight = np.zeros(n_hours)
+    rel_start = (np.asarray(start_s, dtype=float) - grid_start_s) / _HOUR_S
+    rel_end = rel_start + np.asarray(duration_s, dtype=float) / _HOUR_S
+    vals = np.asarray(values, dtype=float)
+    short = (np.floor(rel_start) == np.floor(np.nextafter(rel_end, -np.inf)))
+    # fast path: samples inside one hour
+    idx = np.floor(rel_start[short]).astype(int)
+    ok = (idx >= 0) & (idx < n_hours)
+    w = (rel_end[short] - rel_start[short])[ok]
+    np.add.at(total, idx[ok], vals[short][ok] * w)
+    np.add.at(weight, idx[ok], w)
+    for a, b, v in zip(rel_start[~short], rel_end[~short], vals[~short]):
+        for h in range(max(int(np.floor(a)), 0), min(int(np.ceil(b)), n_hours)):
+            overlap = min(b, h + 1) - max(a, h)
+            if overlap > 0:
+                total[h] += v * overlap
+                weight[h] += overlap
+    out = np.full(n_hours, np.nan)
+    has = weight > 0
+    out[has] = total[has] / weight[has]
+    return out
+
+
+def persistence_hourly(past: np.ndarray, steps: int) -> np.ndarray:
+    """The last known hourly value for each of the next ``steps`` hours."""
+    known = past[~np.isnan(past)]
+    if known.size == 0:
+        return np.full(steps, np.nan)
+    return np.full(steps, known[-1])
+
+
+def same_hour_yesterday_hourly(past: np.ndarray, steps: int) -> np.ndarray:
+    """Hour ``t0 + h`` gets the value at ``t0 + h - 24`` (for ``h`` up to 24; beyond, whole days back)."""
+    t0 = len(past) - 1
+    out = np.full(steps, np.nan)
+    for h in range(1, steps + 1):
+        back = t0 + h - 24 * (1 + (h - 1) // 24)
+        if 0 <= back <= t0:
+            out[h - 1] = past[back]
+    return out
+
+
+def seasonal_hourly(
+    past: np.ndarray,
+    steps: int,
+    *,
+    days: int = 7,
+    day_decay: float = 0.5,
+    week_weight: float = 0.3,
+    level_decay: float = 0.97,
+) -> np.ndarray:
+    """Seasonal-profile forecast for the ``steps`` hours after the last entry of ``past`` (hourly, NaN = gap).
+
+    profile(T) = weighted mean of ``past[T - 24 k]`` (k = 1..days, weight ``day_decay**(k-1)``), blended
+    ``(1 - week_weight) : week_weight`` with ``past[T - 168]`` when known;
+    forecast(t0 + h) = profile(t0 + h) + ``level_decay**h`` * (last value - profile(last)).
+    """
+    past = np.asarray(past, dtype=float)
+    t0 = len(past) - 1
+    ks = np.arange(1, days + 1)
+    weights = day_decay ** (ks - 1)
+
+    def profile(targets: np.ndarray) -> np.ndarray:
+        idx = targets[:, None] - 24 * ks[None, :]
+        valid = (idx >= 0) & (idx <= t0)
+        vals = np.where(valid, past[np.clip(idx, 0, t0)], np.nan)
+        w = np.where(~np.isnan(vals), weights[None, :], 0.0)
+        wsum = w.sum(axis=1)
+        daily = np.where(wsum > 0, np.nansum(np.nan_to_num(vals) * w, axis=1) / np.where(wsum > 0, wsum, 1), np.nan)
+        week_idx = targets - 168
+        week = np.where((week_idx >= 0) & (week_idx <= t0), past[np.clip(week_idx, 0, t0)], np.nan)
+        blend = np.where(np.isnan(week) | (week_weight <= 0), daily, (1 - week_weight) * daily + week_weight * week)
+        return np.where(np.isnan(daily), week, blend)
+
+    known = np.flatnonzero(~np.isnan(past))
+    if known.size == 0:
+        return np.full(steps, np.nan)
+    last = known[-1]
+    base = profile(np.array([last]))[0]
+    anomaly = 0.0 if np.isnan(base) else past[last] - base
+    horizon = np.arange(1, steps + 1)
+    targets = t0 + horizon
+    prof = profile(targets)
+    prof = np.where(np.isnan(prof), past[last], prof)  # less than a day of history: persistence
+    ahead = targets - last
+    return np.maximum(prof + anomaly * level_decay ** ahead, 0.0)
+
+
+FORECASTERS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
+    "seasonal": seasonal_hourly,
+    "persistence": persistence_hourly,
+    "same_hour_yesterday": same_hour_yesterday_hourly,
+}
+
+
+def _floor_hour(moment: datetime) -> datetime:
+    return moment.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def forecast_series(
+    history: IntensitySeries,
+    *,
+    now: datetime,
+    horizon: timedelta,
+    method: ForecasterName = "seasonal",
+    lookback: timedelta = timedelta(days=14),
+) -> IntensitySeries:
+    """Forecast hourly points covering ``(hour of now, now + horizon]`` from ``history`` up to ``now``.
+
+    The points keep the history's ``kind``, are marked ``forecast`` and ``estimated``, and name the
+    method in ``source`` (``forecast:seasonal``). NoCoverage when the history has nothing before ``now``.
+    """
+    hour0 = _floor_hour(now)
+    start = hour0 - lookback + _HOUR
+    past_pts = [p for p in history.window(start, now + timedelta(microseconds=1)) if p.start <= now]
+    if not past_pts:
+        raise NoCoverage(f"no history before {now.isoformat()} to forecast from", provider=f"forecast:{method}")
+    n_hours = int((hour0 - start) / _HOUR) + 1
+    past = hourly_means(
+        np.array([p.start.timestamp() for p in past_pts]),
+        # clip each point at now: the future part of a point is not yet observed
+        np.array([max(min(p.end, now) - p.start, timedelta(seconds=1)).total_seconds() for p in past_pts]),
+        np.array([p.g_per_kwh for p in past_pts]),
+        grid_start_s=start.timestamp(), n_hours=n_hours,
+    )
+    steps = max(1, int(-(-(now + horizon - hour0 - _HOUR) // _HOUR)))
+    values = FORECASTERS[method](past, steps)
+    kind = past_pts[-1].kind
+    points = [
+        IntensityPoint(start=hour0 + _HOUR * (i + 1), duration=_HOUR, g_per_kwh=float(v), kind=kind, estimated=True,
+                       forecast=True, source=f"forecast:{method}")
+        for i, v in enumerate(values) if not np.isnan(v)
+    ]
+    return IntensitySeries.of(points, zone=history.zone)

@@ -1,0 +1,88 @@
+"""The built-in forecasters: pure, hourly, honest about what they are."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from carbon.errors import NoCoverage
+from carbon.forecast import (
+    forecast_series,
+    hourly_means,
+    persistence_hourly,
+    same_hour_yesterday_hourly,
+    seasonal_hourly,
+)
+from carbon.series import IntensityPoint, IntensitySeries
+
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+
+
+def daily_wave(days: int, level: float = 300.0, amp: float = 100.0) -> np.ndarray:
+    h = np.arange(days * 24)
+    return level + amp * np.sin(2 * np.pi * h / 24)
+
+
+def test_a_pure_daily_cycle_is_forecast_exactly() -> None:
+    past = daily_wave(10)
+    pred = seasonal_hourly(past, 24)
+    truth = daily_wave(11)[240:264]
+    assert np.allclose(pred, truth)
+    assert not np.allclose(persistence_hourly(past, 24), truth)
+    assert np.allclose(same_hour_yesterday_hourly(past, 24), truth)
+
+
+def test_a_level_shift_is_carried_and_fades() -> None:
+    past = daily_wave(8)
+    past[-1] += 50  # the last hour is 50 above its usual value
+    pred = seasonal_hourly(past, 24)
+    base = daily_wave(9)[192:216]
+    excess = pred - base
+    assert excess[0] > excess[-1] > 0 and excess[0] == pytest.approx(50 * 0.97, rel=1e-6)
+
+
+def test_gaps_are_tolerated_and_short_history_falls_back_to_persistence() -> None:
+    past = daily_wave(3)
+    past[30:40] = np.nan
+    assert not np.isnan(seasonal_hourly(past, 24)).any()
+    assert np.allclose(seasonal_hourly(np.array([250.0, 260.0]), 5), 260.0)
+
+
+def test_hourly_means_weights_by_time_and_spreads_long_points() -> None:
+    start = np.array([0, 1800, 3600], dtype=float)
+    out = hourly_means(start, np.array([1800, 1800, 7200.0]), np.array([100.0, 200.0, 50.0]), grid_start_s=0, n_hours=4)
+    assert out[0] == 150.0 and out[1] == 50.0 and out[2] == 50.0 and np.isnan(out[3])
+
+
+def _series(values: list[float], step=timedelta(minutes=30)) -> IntensitySeries:
+    return IntensitySeries.of(IntensityPoint(start=T0 + i * step, duration=step, g_per_kwh=v, kind="marginal", source="t")
+                              for i, v in enumerate(values))
+
+
+def test_forecast_series_labels_its_points() -> None:
+    hist = _series([300 + 50 * np.sin(i / 48 * 2 * np.pi) for i in range(48 * 3)])
+    now = T0 + timedelta(days=3) - timedelta(minutes=1)
+    fc = forecast_series(hist, now=now, horizon=timedelta(hours=6))
+    assert len(fc) == 6 and fc.start == T0 + timedelta(days=3)
+    assert all(p.forecast and p.estimated and p.kind == "marginal" and p.source == "forecast:seasonal" for p in fc)
+    fc2 = forecast_series(hist, now=now, horizon=timedelta(hours=6), method="persistence")
+    assert {p.source for p in fc2} == {"forecast:persistence"}
+
+
+def test_no_history_is_no_coverage() -> None:
+    with pytest.raises(NoCoverage):
+        forecast_series(_series([1.0]), now=T0 - timedelta(days=1), horizon=timedelta(hours=1))
+
+
+@settings(deadline=None, max_examples=40)
+@given(st.lists(st.floats(min_value=0, max_value=2000, allow_nan=False), min_size=1, max_size=24 * 9),
+       st.integers(min_value=1, max_value=48))
+def test_forecasts_are_finite_non_negative_and_bounded(values: list[float], steps: int) -> None:
+    past = np.array(values)
+    pred = seasonal_hourly(past, steps)
+    assert pred.shape == (steps,) and np.isfinite(pred).all() and (pred >= 0).all()
+    assert pred.max() <= 2 * past.max() + 1e-9  # blends of observed values plus a fading deviation
