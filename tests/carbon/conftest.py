@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-from fakes.provider_server import ProviderServer
+from tests.fakes.provider_server import ProviderServer
 
 
 @pytest.fixture(scope="module")

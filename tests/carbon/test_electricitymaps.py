@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 import respx
-from fakes.bodies import load_body
-from fakes.provider_server import EM_TOKEN
+from tests.fakes.bodies import load_body
+from tests.fakes.provider_server import EM_TOKEN
 
 from carbon.errors import AuthFailed, BadResponse, NoCoverage, UnknownZone
 from carbon.providers import get_provider

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes.provider_server import EM_TOKEN, FAILURES, WT_PASSWORD, WT_USER
+from tests.fakes.provider_server import EM_TOKEN, FAILURES, WT_PASSWORD, WT_USER
 
 from flows.cli import app
 from flows.cli._errors import run_guarded

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 import respx
-from fakes.bodies import load_body
+from tests.fakes.bodies import load_body
 
 from carbon.errors import BadResponse, NoCoverage, UnknownZone
 from carbon.providers import get_provider

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 import respx
-from fakes.bodies import load_body, raw_body
-from fakes.provider_server import WT_PASSWORD, WT_USER
+from tests.fakes.bodies import load_body, raw_body
+from tests.fakes.provider_server import WT_PASSWORD, WT_USER
 
 from carbon.errors import AuthFailed, NoCoverage, RateLimited
 from carbon.providers import get_provider
