@@ -92,7 +92,7 @@ def main() -> int:
         mem_for_table = mem_now if mem_now in info["mem_clocks_mhz"] else max(info["mem_clocks_mhz"])
         info["mem_clock_now_mhz"] = mem_now
         info["sm_clocks_mhz"] = sorted(int(c) for c in nv.nvmlDeviceGetSupportedGraphicsClocks(h, mem_for_table))
-        info["power_limit_w"] = nv.nvmlDeviceGetEnforcedPowerManagementLimit(h) / 1000.0
+        info["power_limit_w"] = nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0
         # idle power with this process's context alive
         torch.cuda.synchronize()
         e0, t0 = nv.nvmlDeviceGetTotalEnergyConsumption(h), time.monotonic()
