@@ -43,12 +43,19 @@ def run_guarded(app: Any) -> int:
         print("gridshift: interrupted", file=sys.stderr)
         return 130
     except click.ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gridshift`: help was printed
+            return EXIT_OK
         exc.show()
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("gridshift: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug: say so in one line; GRIDSHIFT_DEBUG=1 shows the traceback
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # typer's own (vendored) click errors
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                return EXIT_OK
+            exc.show()
+            return EXIT_INPUT
         import os
 
         if os.environ.get("GRIDSHIFT_DEBUG"):

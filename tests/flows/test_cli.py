@@ -114,3 +114,10 @@ def test_real_cli_run_json_prints_exactly_one_object(tmp_path: Path) -> None:
     listed = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "runs", "--json"],
                             capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     assert [r["run_id"] for r in json.loads(listed.stdout)] == [report["run_id"]]
+
+
+@pytest.mark.parametrize("argv, code", [([], 0), (["nonsense"], 2), (["run"], 2), (["run", "--bogus", "x.yaml"], 2)])
+def test_usage_errors_are_exit_2_without_traceback(argv: list[str], code: int, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _guarded(argv) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err
