@@ -69,7 +69,7 @@ class NoisyTraceForecaster:
 class DailyProfileForecaster:
     """Median of the same time of day over the past ``days`` days, anchored on the latest value."""
 
-    def __init__(self, *, step_s: float, days: int = 7, blend_s: float = 6 * 3600.0) -> None:
+    def __init__(self, *, step_s: float, days: int = 14, blend_s: float = 3 * 3600.0) -> None:
         self.per_day = max(int(round(86400.0 / step_s)), 1)
         self.days = days
         self.blend_steps = max(blend_s / step_s, 1.0)

@@ -84,7 +84,8 @@ def plot_simulation(result: SimulationResult, path: str | Path, *, title: str = 
     ax2.set_title(f"{s['jobs']} jobs: gridshift saves {s['savings_pct']:.1f}% "
                   f"(oracle {s['oracle_savings_pct']:.1f}%), {s['deadline_misses']} deadline misses", fontsize=10)
     ax2.legend(fontsize=8)
-    fig.autofmt_xdate()
+    for a in (ax, ax2):
+        a.tick_params(axis="x", labelrotation=20, labelsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
