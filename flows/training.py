@@ -117,12 +117,17 @@ def carbon_aware_training(
     command: list[str] | None = None,
     backend_name: str | None = None,
     ledger_path: str | None = None,
+    nominal_start: str | None = None,
 ) -> dict[str, Any]:
-    """Run the policy's job (or ``command``) under the policy; returns the report dict."""
+    """Run the policy's job (or ``command``) under the policy; returns the report dict.
+
+    ``nominal_start`` (ISO-8601) is the occurrence's nominal time when a deferred run starts later
+    than it (the deadline and the reported deferral count from it); default: now.
+    """
     logger = get_run_logger()
     policy = load_policy(policy_path)
     run_id = run_id or new_run_id()
-    nominal = _utcnow()
+    nominal = datetime.fromisoformat(nominal_start).astimezone(timezone.utc) if nominal_start else _utcnow()
     deadline = nominal + timedelta(seconds=policy.job.deadline_s) if policy.job.deadline_s else None
     monitor = monitor_for(policy)
     reading = read_intensity(monitor, nominal)

@@ -45,7 +45,7 @@ def _root(
 from flows.cli import policy as _policy  # noqa: E402,F401
 from flows.cli import run as _run  # noqa: E402,F401
 from flows.cli import intensity as _intensity  # noqa: E402,F401
-from flows.cli import simulate as _simulate  # noqa: E402,F401
+from flows.cli import scheduling as _scheduling  # noqa: E402,F401
 
 
 def main() -> None:
