@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -101,6 +102,7 @@ class PlanningService:
         self.move_tolerance_s = move_tolerance_s
         self.misfire_grace_s = misfire_grace_s
         self.log = log
+        self._lock = threading.Lock()  # the poll job and callers may re-plan at the same time
 
     @staticmethod
     def build_scheduler(db_path: str | Path, *, blocking: bool = False) -> Any:
@@ -129,12 +131,21 @@ class PlanningService:
 
     def replan(self) -> list[PlannedRun]:
         """Ask ``plan`` for the runs and make the job store match; returns the runs it (re)scheduled."""
+        with self._lock:
+            return self._replan()
+
+    def _replan(self) -> list[PlannedRun]:
+        now = self.now()
+        runs = self.plan(now)
         done = fired_keys(self.db_path)
         changed: list[PlannedRun] = []
-        for run in self.plan(self.now()):
+        for run in runs:
             if run.key in done:
                 continue
             job = self.scheduler.get_job(run.key, jobstore="default")
+            if job is None and run.run_at <= now:
+                # overdue and no longer stored: it is firing right now (or fired); never add it twice
+                continue
             if job is not None and job.next_run_time is not None and \
                     abs((job.next_run_time - run.run_at).total_seconds()) <= self.move_tolerance_s:
                 continue
