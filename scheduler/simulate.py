@@ -200,7 +200,7 @@ def _run_job(policy: Policy, trace: _Trace, t0: datetime, model: ModeModel, fore
     origin_s = plan_i * step
     horizon_n = int(math.ceil((deadline_s - origin_s) / step)) + 1
     fc = forecaster.forecast(trace.values, plan_i, horizon_n)
-    clean, dirty = rule.clean_mode, rule.dirty_mode
+    clean = rule.clean_mode
     order = [clean] + [m for m in model.power_w if m != clean]
     modes = {m: (model.power_w[m], work_s * model.slowdown[m]) for m in order}
     _, plan = best_start_over_modes(fc, modes, step_s=step, earliest_s=0.0, deadline_s=deadline_s - origin_s,

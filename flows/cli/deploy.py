@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import signal
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 

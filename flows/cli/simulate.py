@@ -24,7 +24,7 @@ def _human(s: dict[str, Any], trace: str) -> str:
         f"  {'oracle':<10} {s['oracle_g'] / 1000:>10.2f} {s['oracle_savings_pct']:>7.1f}% {s['energy_oracle_j'] / 1e6:>10.1f}",
         f"  deadline misses {s['deadline_misses']}; mean start shift {s['mean_delay_s'] / 3600:+.2f} h; "
         f"mean run {s['mean_duration_gridshift_s'] / 3600:.2f} h (baseline {s['mean_duration_baseline_s'] / 3600:.2f} h)",
-        f"  modes: " + ", ".join(f"{m} {v:.0%}" for m, v in s["mode_share"].items()),
+        "  modes: " + ", ".join(f"{m} {v:.0%}" for m, v in s["mode_share"].items()),
         f"  energy and carbon are {label} ({s['energy_source']}); intensity is the real trace",
     ])
 
