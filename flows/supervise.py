@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Callable
 
 from backends.base import Backend
@@ -19,7 +20,27 @@ from scheduler.modes import resolve_settings
 from scheduler.policy import Policy
 from scheduler.report import ModeSpan, joules_to_grams
 
-__all__ = ["SupervisedRun", "supervise"]
+__all__ = ["PROGRESS_ENV", "SupervisedRun", "progress_file_reader", "supervise"]
+
+#: the job may write its fraction done (0-1) to the file this variable names; the deadline guard uses it
+PROGRESS_ENV = "GRIDSHIFT_PROGRESS_FILE"
+
+
+def progress_file_reader(path: Path) -> Callable[[], float | None]:
+    """A ``progress()`` for :func:`supervise`: the last number the job wrote to ``path``, or None."""
+
+    def read() -> float | None:
+        try:
+            text = path.read_text(encoding="utf-8").strip().splitlines()
+        except OSError:
+            return None
+        try:
+            value = float(text[-1]) if text else None
+        except ValueError:
+            return None
+        return None if value is None or not 0.0 <= value <= 1.0 else value
+
+    return read
 
 
 @dataclass

@@ -150,3 +150,17 @@ def test_without_progress_reports_the_model_is_trusted():
     run, end, _ = _run(efficiency_factor=1.7, deadline_h=7.2, report_progress=False)
     assert [s.mode for s in run.spans] == ["speed", "efficiency", "speed"]
     assert end > T0 + timedelta(hours=7.2)
+
+
+def test_progress_file_reader(tmp_path):
+    from flows.supervise import progress_file_reader
+
+    path = tmp_path / "progress"
+    read = progress_file_reader(path)
+    assert read() is None
+    path.write_text("0.25\n0.5\n")
+    assert read() == 0.5
+    path.write_text("done\n")
+    assert read() is None
+    path.write_text("7\n")
+    assert read() is None
