@@ -111,3 +111,23 @@ def test_decide_shifts_the_start_within_the_window(nightly_policy):
     # with an explicit start_at nothing moves (the old contract)
     d2 = decide(nightly_policy, series, now=now, start_at=now)
     assert d2.start_at == now
+
+
+@settings(deadline=None, max_examples=40)
+@given(st.lists(st.floats(0, 900, allow_nan=False), min_size=44, max_size=44), st.integers(-16, 0))
+def test_decide_never_starts_early_or_late(values, earliest_steps):
+    from pathlib import Path
+
+    from scheduler.decide import decide
+    from scheduler.policy_io import load_policy
+
+    nightly_policy = load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
+
+    nominal = datetime(2024, 3, 1, 1, 0, tzinfo=timezone.utc)
+    earliest = nominal + timedelta(minutes=15 * earliest_steps)
+    deadline = nominal + timedelta(seconds=nightly_policy.job.deadline_s)
+    series = _series(values, nominal - timedelta(hours=4))
+    d = decide(nightly_policy, series, now=nominal, earliest=earliest, deadline=deadline,
+               remaining_work_s=nightly_policy.job.expected_duration_s)
+    assert earliest <= d.start_at
+    assert d.start_at + timedelta(seconds=nightly_policy.job.expected_duration_s) <= deadline
