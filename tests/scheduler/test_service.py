@@ -98,3 +98,36 @@ def test_plan_runs_shifts_into_the_clean_hours(nightly_policy):
     assert [r.key for r in runs] == ["nightly-retrain@20240302T0100Z"]
     assert runs[0].run_at == datetime(2024, 3, 2, 3, 0, tzinfo=timezone.utc)
     assert runs[0].kwargs["nominal_start"] == "2024-03-02T01:00:00+00:00"
+
+
+def test_serve_cli_plans_into_its_job_store_and_stops_on_sigterm(tmp_path):
+    """`gridshift serve` end to end (no Prefect needed until a run is due): it plans the next night."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    db = tmp_path / "serve.sqlite"
+    env = {**os.environ, "GRIDSHIFT_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "gridshift"), "serve", str(repo / "examples" / "nightly.yaml"),
+                             "--db", str(db), "--poll-s", "3600"], cwd=repo, env=env, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "planned nightly-retrain@" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert any("planned nightly-retrain@" in line for line in lines), "".join(lines)
+    svc = _service(db, lambda now: [])
+    svc.scheduler.start(paused=True)
+    planned = svc.planned()
+    svc.shutdown()
+    assert len(planned) >= 1 and all(k.startswith("nightly-retrain@") for k in planned)
