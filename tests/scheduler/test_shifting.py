@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,9 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.shifting import best_start, best_start_over_modes, plan_slots, window_integrals
+from scheduler.shifting import (
+    best_start,
+    best_start_over_modes,
+    plan_slots,
+    window_integrals,
+)
 
 STEP_S = 900.0
+
+
+@pytest.fixture
+def nightly_policy():
+    from scheduler.policy_io import load_policy
+
+    return load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
 
 
 @st.composite
@@ -116,7 +129,6 @@ def test_decide_shifts_the_start_within_the_window(nightly_policy):
 @settings(deadline=None, max_examples=40)
 @given(st.lists(st.floats(0, 900, allow_nan=False), min_size=44, max_size=44), st.integers(-16, 0))
 def test_decide_never_starts_early_or_late(values, earliest_steps):
-    from pathlib import Path
 
     from scheduler.decide import decide
     from scheduler.policy_io import load_policy

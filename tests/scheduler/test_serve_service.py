@@ -9,11 +9,23 @@ from pathlib import Path
 import pytest
 
 from scheduler.service import PlannedRun, PlanningService, fire, fired_keys
-from tests.scheduler import trigger_probe
 
 time_machine = pytest.importorskip("time_machine")
 
-TRIGGER = "tests.scheduler.trigger_probe:record"
+TRIGGER = "serve_trigger_probe:record"
+
+
+@pytest.fixture(autouse=True)
+def _probe_importable(monkeypatch):
+    """The trigger is found by its text reference, as `gridshift serve` finds flows.deploy's."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+
+
+@pytest.fixture
+def nightly_policy():
+    from scheduler.policy_io import load_policy
+
+    return load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
 
 
 def _lines(path: Path) -> list[dict]:
@@ -28,6 +40,8 @@ def _service(db: Path, plan) -> PlanningService:
 def test_restart_between_planning_and_start_runs_once(tmp_path, monkeypatch):
     probe = tmp_path / "fired.jsonl"
     monkeypatch.setenv("GRIDSHIFT_PROBE_FILE", str(probe))
+    import serve_trigger_probe as trigger_probe
+
     trigger_probe.FIRED.clear()
     db = tmp_path / "jobs.sqlite"
     start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=2)

@@ -12,7 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.sim_forecast import DailyProfileForecaster, NoisyTraceForecaster, PerfectForecaster
+from scheduler.sim_forecast import (
+    DailyProfileForecaster,
+    NoisyTraceForecaster,
+    PerfectForecaster,
+)
 from scheduler.simulate import ModeModel, cron_occurrences, resample, simulate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,6 +24,13 @@ NIGHTLY = REPO / "examples" / "nightly.yaml"
 KEYS = {"jobs", "baseline_g", "gridshift_g", "oracle_g", "savings_pct", "oracle_savings_pct", "deadline_misses",
         "energy_baseline_j", "energy_gridshift_j", "mean_delay_s"}
 MODEL = ModeModel(power_w={"speed": 700.0, "efficiency": 490.0}, slowdown={"speed": 1.0, "efficiency": 1.2})
+
+
+@pytest.fixture
+def nightly_policy():
+    from scheduler.policy_io import load_policy
+
+    return load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
 
 
 def _synthetic(days: int = 21, seed: int = 1) -> IntensitySeries:
