@@ -62,8 +62,11 @@ def _ensure_process_pool(name: str) -> None:
 
 
 def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name: str | None = None,
-                  source_dir: str | Path = REPO_ROOT) -> DeployedPolicy:
-    """Create (or update) the nightly deployment of ``policy_path``; returns its id and name."""
+                  source_dir: str | Path = REPO_ROOT, schedule: bool = True) -> DeployedPolicy:
+    """Create (or update) the nightly deployment of ``policy_path``; returns its id and name.
+
+    ``schedule=False`` leaves the cron off, for when ``gridshift serve`` triggers the runs instead.
+    """
     from flows.nightly import nightly_retrain
     from scheduler.errors import PolicyError
     from scheduler.policy_io import load_policy
@@ -79,13 +82,14 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     _ensure_process_pool(work_pool)
     flow = nightly_retrain.from_source(source=str(source), entrypoint=FLOW_ENTRYPOINT)
     dep_id = flow.deploy(
-        name=dep_name, work_pool_name=work_pool, cron=cron, parameters={"policy_path": param_path},
+        name=dep_name, work_pool_name=work_pool, cron=cron if schedule else None, parameters={"policy_path": param_path},
         build=False, push=False, print_next_steps=False, concurrency_limit=1, tags=["gridshift", "nightly"],
         description=f"gridshift nightly retraining of {policy.job.name}: planning run at the earliest start "
                     f"({cron} UTC), deferred start scheduled through Prefect",
         ignore_warnings=True,
     )
-    return DeployedPolicy(deployment_id=dep_id, name=f"{nightly_retrain.name}/{dep_name}", cron=cron, work_pool=work_pool)
+    return DeployedPolicy(deployment_id=dep_id, name=f"{nightly_retrain.name}/{dep_name}", cron=cron if schedule else "",
+                          work_pool=work_pool)
 
 
 def trigger_deployment(*, key: str, deployment: str, planned_start: str | None = None,

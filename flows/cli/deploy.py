@@ -20,6 +20,7 @@ def deploy(
     pool: Annotated[str, typer.Option(help="Process work pool (created when missing).")] = "gridshift",
     name: Annotated[Optional[str], typer.Option(help="Deployment name (default: the job's name).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    schedule: Annotated[bool, typer.Option("--schedule/--no-schedule", help="Attach the nightly cron (leave it off when `gridshift serve` triggers the runs).")] = True,
 ) -> None:
     """Create the nightly retraining deployment on a Prefect server (PREFECT_API_URL)."""
     import os
@@ -44,7 +45,7 @@ def deploy(
 
     try:
         with contextlib.redirect_stdout(sys.stderr):  # Prefect prints its own table; stdout is ours
-            dep = deploy_policy(policy, work_pool=pool, name=name)
+            dep = deploy_policy(policy, work_pool=pool, name=name, schedule=schedule)
     except PolicyError as exc:
         raise fail(exc, EXIT_INPUT) from None
     except Exception as exc:  # the server refused or is unreachable
@@ -53,8 +54,9 @@ def deploy(
     if json_out:
         typer.echo(json.dumps(out))
     else:
-        typer.echo(f"deployment {dep.name} ({dep.deployment_id}): planning run at cron '{dep.cron}' UTC on pool "
-                   f"{dep.work_pool}\nstart a worker: prefect worker start --pool {dep.work_pool}")
+        when = f"planning run at cron '{dep.cron}' UTC" if dep.cron else "no schedule (runs come from `gridshift serve`)"
+        typer.echo(f"deployment {dep.name} ({dep.deployment_id}): {when} on pool {dep.work_pool}\n"
+                   f"start a worker: prefect worker start --pool {dep.work_pool}")
 
 
 @app.command()
