@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Callable
 
 from backends.base import Backend
@@ -19,7 +20,27 @@ from scheduler.modes import resolve_settings
 from scheduler.policy import Policy
 from scheduler.report import ModeSpan, joules_to_grams
 
-__all__ = ["SupervisedRun", "supervise"]
+__all__ = ["PROGRESS_ENV", "SupervisedRun", "progress_file_reader", "supervise"]
+
+#: the job may write its fraction done (0-1) to the file this variable names; the deadline guard uses it
+PROGRESS_ENV = "GRIDSHIFT_PROGRESS_FILE"
+
+
+def progress_file_reader(path: Path) -> Callable[[], float | None]:
+    """A ``progress()`` for :func:`supervise`: the last number the job wrote to ``path``, or None."""
+
+    def read() -> float | None:
+        try:
+            text = path.read_text(encoding="utf-8").strip().splitlines()
+        except OSError:
+            return None
+        try:
+            value = float(text[-1]) if text else None
+        except ValueError:
+            return None
+        return None if value is None or not 0.0 <= value <= 1.0 else value
+
+    return read
 
 
 @dataclass
@@ -53,8 +74,18 @@ def supervise(
     log: Callable[[str], None],
     deadline: datetime | None = None,
     out: SupervisedRun | None = None,
+    slowdown: dict[str, float] | None = None,
+    progress: Callable[[], float | None] | None = None,
 ) -> SupervisedRun:
-    """Run one job to the end. ``out`` is filled as the run goes, so a failure keeps what was measured."""
+    """Run one job to the end. ``out`` is filled as the run goes, so a failure keeps what was measured.
+
+    Progress is tracked in clean-mode seconds: time spent in a mode counts ``1 / slowdown[mode]``
+    (default ``1 + max_slowdown``), so the deadline guard in :func:`decide` sees the work really
+    left, and it keeps one control interval in hand because the next re-decision is that far away.
+    When the job reports ``progress()`` (fraction done, 0-1), the work left comes from it instead,
+    and each mode's slowdown is re-estimated from the progress it actually made, so a job that runs
+    slower than modelled in the dirty mode is moved to the clean mode before it can miss the deadline.
+    """
     run = out if out is not None else SupervisedRun()
     meter = backend.meter()
     interval_s = policy.rules.interval_s
@@ -63,7 +94,13 @@ def supervise(
     state = ModeState(mode=decision.mode, since=now())
     run.sources.append(reading.source)
     expected_s = policy.job.expected_duration_s
-    started = now()
+    factors = {m: (slowdown or {}).get(m, 1.0 + (policy.modes[m].max_slowdown or 0.0)) for m in policy.modes}
+    factors[policy.rules.clean_mode] = 1.0
+    guard = deadline - timedelta(seconds=interval_s) if deadline is not None else None
+    done_work_s = 0.0
+    last_t = now()
+    last_fraction = 0.0
+    observed: dict[str, list[float]] = {}  # mode -> [wall seconds, work seconds gained]
 
     def enter(mode: str, reason: str) -> tuple[str, datetime, str]:
         settings = resolve_settings(policy.modes[mode], caps)
@@ -106,9 +143,26 @@ def supervise(
             except Exception as exc:  # keep the current mode on a signal outage
                 run.warnings.append(f"{t:%H:%M:%S}: carbon signal unavailable ({exc}); keeping {mode} mode")
                 continue
-            done_s = (t - started).total_seconds()
-            remaining = max(expected_s - done_s, 0.0)
-            nxt = decide(policy, reading.series, state, now=t, remaining_work_s=remaining, deadline=deadline)
+            step_s = (t - last_t).total_seconds()
+            done_work_s += step_s / factors.get(mode, 1.0)
+            last_t = t
+            remaining = max(expected_s - done_work_s, 0.0)
+            fraction = progress() if progress is not None else None
+            if fraction is not None:
+                gained_s = (fraction - last_fraction) * expected_s
+                seen = observed.setdefault(mode, [0.0, 0.0])
+                seen[0] += step_s
+                seen[1] += max(gained_s, 0.0)
+                last_fraction = fraction
+                remaining = max(expected_s * (1.0 - fraction), 0.0)
+                clean_rate = observed.get(policy.rules.clean_mode, [0.0, 0.0])
+                for m, (wall_s, work_s) in observed.items():
+                    if m != policy.rules.clean_mode and wall_s >= interval_s and work_s > 0:
+                        # relative to the clean mode's observed pace when known, else to the expected pace
+                        base = clean_rate[0] / clean_rate[1] if clean_rate[1] > 0 and clean_rate[0] >= interval_s else 1.0
+                        factors[m] = max(wall_s / work_s / base, 1.0)
+            nxt = decide(policy, reading.series, state, now=t, remaining_work_s=remaining, deadline=guard,
+                         slowdown=factors)
             if nxt.mode != mode:
                 log(f"switching {mode} -> {nxt.mode}: {nxt.reason}")
                 close_span(mode, since, described, reason)

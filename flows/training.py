@@ -8,6 +8,8 @@ artifact). A failed job fails the flow run, after its report is recorded.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from carbon.monitor import CarbonMonitor, Reading
 from flows.artifacts import artifact_key, report_markdown
 from flows.job import JobFailed, JobHandle, start_callable, start_command
 from flows.sources import monitor_for
-from flows.supervise import SupervisedRun, supervise
+from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, supervise
 from scheduler.decide import Decision, decide
 from scheduler.ledger import Ledger
 from scheduler.policy import Policy
@@ -101,8 +103,10 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
     logger = get_run_logger()
     caps = backend.capabilities()
 
+    progress_path = Path(tempfile.mkdtemp(prefix="gridshift-")) / "progress"
+
     def start_job(env: dict[str, str]) -> JobHandle:
-        job_env = {**policy.job.env, **env}
+        job_env = {**policy.job.env, **env, PROGRESS_ENV: str(progress_path)}
         if command:
             return start_command(command, on_line=logger.info, env=job_env, cwd=policy.job.workdir)
         if policy.job.command:
@@ -110,8 +114,12 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
         assert policy.job.callable is not None
         return start_callable(policy.job.callable, env=job_env, on_line=logger.info)
 
-    return supervise(policy=policy, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
-                     first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline, out=out)
+    try:
+        return supervise(policy=policy, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
+                         first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
+                         out=out, progress=progress_file_reader(progress_path))
+    finally:
+        shutil.rmtree(progress_path.parent, ignore_errors=True)
 
 
 @task(name="restore settings", cache_policy=NO_CACHE)
@@ -152,12 +160,17 @@ def carbon_aware_training(
     command: list[str] | None = None,
     backend_name: str | None = None,
     ledger_path: str | None = None,
+    nominal_start: str | None = None,
 ) -> dict[str, Any]:
-    """Run the policy's job (or ``command``) under the policy; returns the report dict."""
+    """Run the policy's job (or ``command``) under the policy; returns the report dict.
+
+    ``nominal_start`` (ISO-8601) is the occurrence's nominal time when a deferred run starts later
+    than it (the deadline and the reported deferral count from it); default: now.
+    """
     logger = get_run_logger()
     policy = load_policy(policy_path)
     run_id = run_id or new_run_id()
-    nominal = _utcnow()
+    nominal = datetime.fromisoformat(nominal_start).astimezone(timezone.utc) if nominal_start else _utcnow()
     deadline = nominal + timedelta(seconds=policy.job.deadline_s) if policy.job.deadline_s else None
     monitor = monitor_for(policy)
     reading = read_intensity(monitor, nominal)

@@ -89,15 +89,34 @@ def decide(
     deadline: datetime | None = None,
     slowdown: dict[str, float] | None = None,
     start_at: datetime | None = None,
+    earliest: datetime | None = None,
+    shift_step_s: float = 300.0,
+    min_gain: float = 0.03,
 ) -> Decision:
     """Choose the mode for ``now``. See the module docstring for the rules.
 
     ``remaining_work_s`` is the work left measured in clean-mode seconds; ``slowdown`` maps a mode to
     its time factor relative to the clean mode (default: 1 + the mode's ``max_slowdown``).
+
+    Start time: ``start_at`` when given; otherwise, for a job not yet started (``state.mode`` is
+    None) with an ``earliest`` start, a ``deadline`` and ``remaining_work_s``, the start is shifted
+    within ``[earliest, deadline - work]`` by :func:`scheduler.shifting.best_start` on ``series``
+    (the forecast), with ``now`` as the reference start; otherwise ``now``.
     """
     rule = policy.rules
     clean, dirty = rule.clean_mode, rule.dirty_mode
-    start = start_at or now
+    shift_note = ""
+    if start_at is not None:
+        start = start_at
+    elif state.mode is None and earliest is not None and deadline is not None and remaining_work_s and series:
+        start, shift_note = _shifted_start(series, earliest=earliest, deadline=deadline, now=now,
+                                           duration_s=remaining_work_s, step_s=shift_step_s, min_gain=min_gain)
+        if start > now:
+            point_then = series.at(start)
+            if point_then is not None:
+                now = start  # the mode is chosen for the moment the job will start
+    else:
+        start = now
     point = series.at(now)
     if point is None:
         mode = state.mode or clean
@@ -137,5 +156,26 @@ def decide(
             why = (f"{why}; but finishing in {mode} mode would end at {finish:%H:%M} UTC, after the deadline "
                    f"{deadline:%H:%M} UTC, so {clean} mode is used")
             mode = clean
+    if shift_note:
+        why = f"{shift_note}; {why}"
+        inputs["start_at"] = start.isoformat()
     reason = why[0].upper() + why[1:] + "."
     return Decision(mode=mode, start_at=start, reason=reason, inputs=inputs, intensity=point)
+
+
+def _shifted_start(series: IntensitySeries, *, earliest: datetime, deadline: datetime, now: datetime,
+                   duration_s: float, step_s: float, min_gain: float) -> tuple[datetime, str]:
+    """Best start from the forecast in ``series``, with ``now`` as the reference (see shifting)."""
+    from scheduler.shifting import best_start, series_grid
+
+    origin = max(earliest, series.start) if series else earliest
+    window_s = (deadline - origin).total_seconds()
+    if window_s < duration_s:
+        return max(now, earliest), ""
+    grid = series_grid(series, origin, deadline, step_s)
+    plan = best_start(grid, step_s=step_s, earliest_s=0.0, deadline_s=window_s, duration_s=duration_s, power_w=1.0,
+                      reference_start_s=(now - origin).total_seconds(), min_gain=min_gain)
+    start = origin + timedelta(seconds=plan.start_s)
+    if plan.shifted:
+        return start, f"start shifted to {start:%Y-%m-%d %H:%M} UTC: {plan.reason}"
+    return start, f"start kept at {start:%H:%M} UTC: {plan.reason}"

@@ -48,6 +48,7 @@ from flows.cli import intensity as _intensity  # noqa: E402,F401
 from flows.cli import bench as _bench  # noqa: E402,F401
 from flows.cli import gpu as _gpu  # noqa: E402,F401
 from flows.cli import profile as _profile  # noqa: E402,F401
+from flows.cli import scheduling as _scheduling  # noqa: E402,F401
 
 
 def main() -> None:

@@ -1,0 +1,110 @@
+"""``gridshift deploy POLICY`` and ``gridshift serve POLICY...``."""
+
+from __future__ import annotations
+
+import json
+import signal
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from flows.cli import app
+from flows.cli._errors import EXIT_ENV, EXIT_INPUT, fail
+
+
+@app.command()
+def deploy(
+    policy: Annotated[Path, typer.Argument(help="Policy YAML with a recurring job (job.cron).")],
+    pool: Annotated[str, typer.Option(help="Process work pool (created when missing).")] = "gridshift",
+    name: Annotated[Optional[str], typer.Option(help="Deployment name (default: the job's name).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    schedule: Annotated[bool, typer.Option("--schedule/--no-schedule", help="Attach the nightly cron (leave it off when `gridshift serve` triggers the runs).")] = True,
+) -> None:
+    """Create the nightly retraining deployment on a Prefect server (PREFECT_API_URL)."""
+    import os
+
+    from scheduler.errors import PolicyError
+    from scheduler.policy_io import load_policy
+
+    try:
+        load_policy(policy)
+    except PolicyError as exc:
+        raise fail(exc, EXIT_INPUT) from None
+    if not os.environ.get("PREFECT_API_URL"):
+        from prefect.settings import PREFECT_API_URL
+
+        if not PREFECT_API_URL.value():
+            raise fail("deployments need a Prefect server: start one (`prefect server start`) and set PREFECT_API_URL",
+                       EXIT_ENV)
+    import contextlib
+    import sys
+
+    from flows.deploy import deploy_policy
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # Prefect prints its own table; stdout is ours
+            dep = deploy_policy(policy, work_pool=pool, name=name, schedule=schedule)
+    except PolicyError as exc:
+        raise fail(exc, EXIT_INPUT) from None
+    except Exception as exc:  # the server refused or is unreachable
+        raise fail(f"could not create the deployment: {type(exc).__name__}: {exc}", EXIT_ENV) from None
+    out = {"deployment_id": str(dep.deployment_id), "name": dep.name, "cron": dep.cron, "work_pool": dep.work_pool}
+    if json_out:
+        typer.echo(json.dumps(out))
+    else:
+        when = f"planning run at cron '{dep.cron}' UTC" if dep.cron else "no schedule (runs come from `gridshift serve`)"
+        typer.echo(f"deployment {dep.name} ({dep.deployment_id}): {when} on pool {dep.work_pool}\n"
+                   f"start a worker: prefect worker start --pool {dep.work_pool}")
+
+
+@app.command()
+def serve(
+    policies: Annotated[list[Path], typer.Argument(help="Policy YAML files (recurring jobs).")],
+    deployment: Annotated[Optional[list[str]], typer.Option(help="'flow/deployment' per policy (default: gridshift-nightly/<job name>).")] = None,
+    db: Annotated[Optional[Path], typer.Option(help="SQLite job store (default: $GRIDSHIFT_HOME/serve.sqlite).")] = None,
+    poll_s: Annotated[float, typer.Option(help="Re-plan every this many seconds.")] = 900.0,
+) -> None:
+    """Plan each policy's runs, keep them in a persistent job store, trigger deployments at the chosen times."""
+    from scheduler.errors import PolicyError
+    from scheduler.ledger import gridshift_home
+    from scheduler.planning import plan_runs
+    from scheduler.policy_io import load_policy
+    from scheduler.service import PlannedRun, PlanningService
+
+    try:
+        loaded = [(p, load_policy(p)) for p in policies]
+    except PolicyError as exc:
+        raise fail(exc, EXIT_INPUT) from None
+    names = list(deployment or [])
+    if names and len(names) != len(loaded):
+        raise fail("give one --deployment per policy, or none", EXIT_INPUT)
+    from flows.sources import monitor_for
+
+    monitors = [monitor_for(pol) for _, pol in loaded]
+    targets = names or [f"gridshift-nightly/{pol.job.name}" for _, pol in loaded]
+
+    def plan(now: datetime) -> list[PlannedRun]:
+        runs: list[PlannedRun] = []
+        for (path, pol), mon, target in zip(loaded, monitors, targets):
+            try:
+                reading = mon.read(now)
+            except Exception as exc:  # keep the stored plan when the signal is down
+                typer.echo(f"gridshift serve: {path}: carbon signal unavailable ({exc}); keeping the stored plan", err=True)
+                continue
+            runs.extend(plan_runs(pol, reading.series, now=now,
+                                  extra={"deployment": target, "policy_path": str(path)}))
+        return runs
+
+    store = db or (gridshift_home() / "serve.sqlite")
+    store.parent.mkdir(parents=True, exist_ok=True)
+    service = PlanningService(scheduler=PlanningService.build_scheduler(store, blocking=True), db_path=store, plan=plan,
+                              trigger_ref="flows.deploy:trigger_deployment", poll_interval_s=poll_s,
+                              log=lambda m: typer.echo(f"gridshift serve: {m}", err=True))
+    signal.signal(signal.SIGTERM, lambda *_: service.shutdown())
+    typer.echo(f"gridshift serve: {len(loaded)} policies, job store {store}, re-planning every {poll_s:.0f} s", err=True)
+    try:
+        service.start()
+    except (KeyboardInterrupt, SystemExit):
+        pass

@@ -1,0 +1,125 @@
+"""The year simulator: JSON contract, deadline safety, and the acceptance numbers on real traces."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from carbon.series import IntensityPoint, IntensitySeries
+from scheduler.sim_forecast import (
+    DailyProfileForecaster,
+    NoisyTraceForecaster,
+    PerfectForecaster,
+)
+from scheduler.simulate import ModeModel, cron_occurrences, resample, simulate
+
+REPO = Path(__file__).resolve().parents[2]
+NIGHTLY = REPO / "examples" / "nightly.yaml"
+KEYS = {"jobs", "baseline_g", "gridshift_g", "oracle_g", "savings_pct", "oracle_savings_pct", "deadline_misses",
+        "energy_baseline_j", "energy_gridshift_j", "mean_delay_s"}
+MODEL = ModeModel(power_w={"speed": 700.0, "efficiency": 490.0}, slowdown={"speed": 1.0, "efficiency": 1.2})
+
+
+@pytest.fixture
+def nightly_policy():
+    from scheduler.policy_io import load_policy
+
+    return load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
+
+
+def _synthetic(days: int = 21, seed: int = 1) -> IntensitySeries:
+    """A daily cycle (dirty evenings, clean early mornings) with day-to-day noise, 30-min steps."""
+    rng = np.random.default_rng(seed)
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    step = timedelta(minutes=30)
+    pts = []
+    for i in range(days * 48):
+        hour = (i % 48) / 2
+        v = 300 + 120 * math.cos((hour - 20) / 24 * 2 * math.pi) + rng.normal(0, 15)
+        pts.append(IntensityPoint(start=t0 + i * step, duration=step, g_per_kwh=max(v, 0)))
+    return IntensitySeries.of(pts)
+
+
+def _write_csv(series: IntensitySeries, path: Path) -> Path:
+    path.write_text("time,gco2\n" + "".join(f"{p.start:%Y-%m-%d %H:%M},{p.g_per_kwh:.3f}\n" for p in series))
+    return path
+
+
+def test_cron_occurrences_are_daily():
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    got = cron_occurrences("0 1 * * *", t0, t0 + timedelta(days=3))
+    assert got == [t0 + timedelta(days=d, hours=1) for d in range(3)]
+
+
+def test_resample_carries_values_over_gaps():
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    s = IntensitySeries.of([IntensityPoint(start=t0, duration=timedelta(hours=2), g_per_kwh=1.0),
+                            IntensityPoint(start=t0 + timedelta(hours=2), duration=timedelta(hours=1), g_per_kwh=2.0)])
+    origin, step, values = resample(s, 3600)
+    assert origin == t0 and step == 3600 and values.tolist() == [1.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("forecaster", ["perfect", "history", "noisy"])
+def test_never_late_and_oracle_beats_baseline(nightly_policy, forecaster):
+    series = _synthetic()
+    _, step_s, _ = resample(series)
+    f = {"perfect": PerfectForecaster(), "history": DailyProfileForecaster(step_s=step_s),
+         "noisy": NoisyTraceForecaster(error=0.2, rng=np.random.default_rng(3))}[forecaster]
+    res = simulate(nightly_policy, series, MODEL, f)
+    s = res.summary()
+    assert KEYS <= s.keys()
+    assert s["jobs"] >= 19 and s["deadline_misses"] == 0 and s["oracle_deadline_misses"] == 0
+    assert s["oracle_savings_pct"] > 0 and s["savings_pct"] > 0
+    for job in res.gridshift:
+        assert job.start_s >= job.nominal_s + nightly_policy.job.earliest_start_s - 1e-6
+        assert job.end_s <= job.deadline_s + 1e-6
+
+
+def test_cli_json_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from flows.cli import app
+
+    csv = _write_csv(_synthetic(), tmp_path / "trace.csv")
+    png = tmp_path / "sim.png"
+    out = CliRunner().invoke(app, ["simulate", str(NIGHTLY), "--trace", str(csv), "--json", "--plot", str(png)])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert KEYS <= data.keys() and data["modelled"] is True
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_bad_trace_is_exit_2(tmp_path):
+    from flows.cli import app
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time,a,b\n2024-01-01 00:00,1,2\n")
+    out = CliRunner().invoke(app, ["simulate", str(NIGHTLY), "--trace", str(bad)])
+    assert out.exit_code == 2
+    assert "--column" in out.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ger_ci.csv", "gb_ci.csv"])
+def test_acceptance_on_real_2020_traces(nightly_policy, name):
+    """Acceptance 1: zero misses and >= 80 % of the oracle's saving with the built-in forecaster."""
+    import os
+
+    shared_data = Path(os.environ.get("GRIDSHIFT_SHARED_DATA", REPO.parent / "shared" / "data"))
+    if not shared_data.exists():
+        pytest.skip("../shared/data is not present (set GRIDSHIFT_SHARED_DATA)")
+    from backends.simulated import SimulatedBackend
+    from carbon.trace_file import read_trace
+    from scheduler.simulate import model_from_backend
+
+    series = read_trace(shared_data / "carbon" / "lets-wait-awhile" / name)
+    _, step_s, _ = resample(series)
+    s = simulate(nightly_policy, series, model_from_backend(nightly_policy, SimulatedBackend()),
+                 DailyProfileForecaster(step_s=step_s)).summary()
+    assert s["jobs"] >= 365 and s["deadline_misses"] == 0
+    assert s["savings_pct"] >= 0.8 * s["oracle_savings_pct"]
