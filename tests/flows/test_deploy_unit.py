@@ -37,9 +37,13 @@ def test_prefect_yaml_matches_the_nightly_policy():
 def test_deploy_without_a_server_is_an_environment_error(monkeypatch):
     from flows.cli import app
 
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_API_URL", "")
-    out = CliRunner().invoke(app, ["deploy", str(REPO / "examples" / "nightly.yaml")])
+    # the session's test harness may have set an API URL in-process: take it away for this test
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        out = CliRunner().invoke(app, ["deploy", str(REPO / "examples" / "nightly.yaml")])
     assert out.exit_code == 3
     assert "prefect server start" in out.output
 
