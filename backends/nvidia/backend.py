@@ -14,6 +14,7 @@ tenants, so MIG devices are measure-only.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -26,7 +27,7 @@ from backends.nvidia.meter import NvidiaMeter, PowerSampler, RaplReader
 from backends.nvidia.privilege import Privilege, probe_privilege
 from backends.types import Applied, Capabilities, DeviceInfo, Settings
 
-__all__ = ["NvidiaBackend"]
+__all__ = ["NvidiaBackend", "NvidiaClockControl"]
 
 POWER = "power_limit"
 SM_LOCK = "sm_locked_clocks"
@@ -76,6 +77,7 @@ class NvidiaBackend(Backend):
         self._locked_sm: dict[str, tuple[int, int]] = {}
         self._locked_mem: dict[str, int] = {}
         self.recovered: list[str] = []
+        self._clock_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -291,6 +293,15 @@ class NvidiaBackend(Backend):
             self.journal.write(entry)  # durable before the change it protects
             self._prior[device.key] = entry
 
+    def _untouch(self, device: Device, what: str) -> None:
+        entry = self._prior[device.key]
+        if what in entry.touched:
+            entry = JournalEntry(uuid=entry.uuid, index=entry.index, name=entry.name, owner=entry.owner,
+                                 prior=entry.prior, touched=tuple(t for t in entry.touched if t != what),
+                                 written_at=entry.written_at)
+            self.journal.write(entry)  # only after the change it recorded is undone (or never happened)
+            self._prior[device.key] = entry
+
     def _apply(self, settings: Settings) -> Applied:
         lib = self._open()
         changed: list[str] = []
@@ -339,8 +350,14 @@ class NvidiaBackend(Backend):
             return
         if self._locked_sm.get(d.key) == (lo, hi):
             return
+        first_lock = SM_LOCK not in self._prior[d.key].touched
         self._touch(d, SM_LOCK)
-        lib.set_gpu_locked_clocks_mhz(d.handle, lo, hi, d.index)
+        try:
+            lib.set_gpu_locked_clocks_mhz(d.handle, lo, hi, d.index)
+        except BackendError:
+            if first_lock:  # refused, so nothing is locked: a restore must not try (and fail) to unlock
+                self._untouch(d, SM_LOCK)
+            raise
         self._locked_sm[d.key] = (lo, hi)
         changed.append("sm_clock_mhz")
 
@@ -362,6 +379,52 @@ class NvidiaBackend(Backend):
             return
         self._locked_mem[d.key] = m
         changed.append("mem_clock_mhz")
+
+    # -- clock control for the DVFS executor ------------------------------------------------------
+    def clock_control(self) -> "NvidiaClockControl":
+        """A ``ClockControl`` (``plans.dvfs.executor``) that switches the SM clock lock of every
+        controllable GPU through this backend: privilege checked, prior settings journalled before
+        the first write, refusals raised (the executor counts them) instead of skipped."""
+        return NvidiaClockControl(self)
+
+    def lock_sm_clock_mhz(self, lo_mhz: int, hi_mhz: int) -> None:
+        """Lock the SM clock of every controllable GPU to ``[lo_mhz, hi_mhz]``.
+
+        Unlike ``apply`` (which reports a refused setting as skipped so a run goes on), this raises
+        :class:`NoPermission` / :class:`Unsupported` / :class:`BackendError`: the caller switches
+        clocks many times per step and must know each switch that did not happen.
+        """
+        with self._clock_lock:
+            priv = self.privilege()
+            if not priv.allowed:
+                raise NoPermission(f"cannot lock SM clocks: {priv.note}", action="set locked SM clocks")
+            self._open()
+            devices = self._controllable()
+            if not devices:
+                raise Unsupported("no GPU here may have its clocks locked (MIG instances are measure-only)")
+            if self._restored:  # the same bookkeeping as Backend.apply: record and journal the prior first
+                self._record_prior()
+                self._restored = False
+            lib = self._open()
+            for d in devices:
+                changed: list[str] = []
+                skipped: list[str] = []
+                self._apply_sm(lib, d, Settings(sm_clock_mhz=(int(lo_mhz), int(hi_mhz))), changed, skipped)
+                if skipped:
+                    raise Unsupported(f"GPU {d.index}: {skipped[0]}")
+
+    def unlock_sm_clock(self) -> None:
+        """Undo the SM clock locks this backend made (``nvmlDeviceResetGpuLockedClocks``); others untouched."""
+        with self._clock_lock:
+            if self._restored or not self._locked_sm:
+                return
+            lib = self._open()
+            for d in self._controllable():
+                if d.key not in self._locked_sm:
+                    continue
+                lib.reset_gpu_locked_clocks(d.handle, d.index)
+                del self._locked_sm[d.key]
+                self._untouch(d, SM_LOCK)
 
     # -- restore ---------------------------------------------------------------------------------
     def _restore(self) -> None:
@@ -407,6 +470,22 @@ class NvidiaBackend(Backend):
             lines.append(f"GPU {entry.index} ({entry.uuid}): restored {done or 'nothing to change'} "
                          f"(left by pid {entry.owner.pid})")
         return lines
+
+
+class NvidiaClockControl:
+    """The two-method clock control the DVFS executor drives (``plans.dvfs.executor.ClockControl``,
+    satisfied structurally: backends do not import plans). Every call goes through the backend's
+    journalled, read-before-write, privilege-checked path, so ``restore`` still puts back exactly
+    what was found."""
+
+    def __init__(self, backend: NvidiaBackend) -> None:
+        self.backend = backend
+
+    def set_locked_sm_clock_mhz(self, lo_mhz: int, hi_mhz: int) -> None:
+        self.backend.lock_sm_clock_mhz(lo_mhz, hi_mhz)
+
+    def reset_locked_sm_clock(self) -> None:
+        self.backend.unlock_sm_clock()
 
 
 def _restore_entry(lib: Nvml, handle: Any, entry: JournalEntry) -> str:

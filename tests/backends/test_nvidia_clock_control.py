@@ -1,0 +1,131 @@
+"""The DVFS executor driving the NVIDIA backend on the stateful fake NVML: exact NVML calls, journal
+first, exact restore, and clean failures when writes are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.nvidia.backend import SM_LOCK
+from backends.types import Settings
+from plans.dvfs.executor import ClockControl, PlanExecutor
+from plans.dvfs.plan_file import ClockPlan
+from tests.backends.nvidia_helpers import make_backend
+from tests.fakes.fake_nvml import FakeNvml
+
+PHASES = ["layer0.forward", "layer0.backward", "optimizer"]
+
+
+def _plan(clocks_mhz: list[int]) -> ClockPlan:
+    """One segment per phase in PHASES, each starting where its phase starts."""
+    segs = [{"start_kernel": 10 * i, "start_phase": p, "phase_aligned": True, "sm_clock_mhz": f, "duration_s": 1e-3}
+            for i, (p, f) in enumerate(zip(PHASES, clocks_mhz))]
+    return ClockPlan.model_validate({
+        "gpu_model": "NVIDIA H200", "workload_fingerprint": "test", "profile_source": "synthetic",
+        "provenance": "modelled", "n_kernels": 30,
+        "parameters": {"epsilon": 0.05, "tau_sw_s": 0.0, "eps_sw_j": 0.0, "d_min_s": 0.0, "clock_floor_mhz": 0.0,
+                       "boundaries": "phase", "method": "exact"},
+        "segments": segs,
+        "prediction": {"energy_change_pct": -5.0, "time_change_pct": 1.0, "switches_per_iteration": len(segs) - 1,
+                       "energy_j": 3.8, "reference_energy_j": 4.0, "time_s": 6.5e-3, "reference_time_s": 6.4e-3,
+                       "gap": 0.0},
+    })
+
+
+def _iteration(ex: PlanExecutor) -> None:
+    for ph in PHASES:
+        ex.on_phase(ph)
+        ex.flush()  # the worker acts before the next phase, so the call order is deterministic
+
+
+def _gpu_settings(fake: FakeNvml) -> list[dict[str, Any]]:
+    """The controllable state of each fake GPU (not the energy counter, which runs on)."""
+    keep = ("power_limit_mw", "locked_sm_mhz", "locked_mem_mhz")
+    return [{k: g[k] for k in keep} for g in fake.state()["gpus"]]
+
+
+def _calls(fake: FakeNvml) -> list[list[Any]]:
+    return fake.state()["calls"]
+
+
+class JournalCheckingNvml(FakeNvml):
+    """Asserts that the journal records the SM lock before each lock reaches the driver."""
+
+    journal: Any = None
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle: Any, minGpuClockMHz: int, maxGpuClockMHz: int) -> None:
+        mine = [e for e in self.journal.entries() if e.index == handle.index]
+        assert mine and SM_LOCK in mine[0].touched, "clock lock not journalled before the write"
+        super().nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz)
+
+
+def test_executor_drives_nvml_at_segment_boundaries_and_restore_leaves_gpu_as_found(tmp_path: Path) -> None:
+    fake = JournalCheckingNvml(gpus=2)
+    backend, fake, _ = make_backend(tmp_path, fake=fake)
+    fake.journal = backend.journal
+    found = _gpu_settings(fake)
+    control = backend.clock_control()
+    assert isinstance(control, ClockControl)
+    with backend:
+        with PlanExecutor(_plan([1980, 1410, 1200]), control, min_interval_s=0.0) as ex:
+            _iteration(ex)
+            _iteration(ex)
+            assert _gpu_settings(fake)[1]["locked_sm_mhz"] == [1200, 1200]
+        assert ex.stats.errors == 0 and ex.stats.issued == 7
+        assert backend.journal.entries() and not any(SM_LOCK in e.touched for e in backend.journal.entries())
+    sets = [["nvmlDeviceSetGpuLockedClocks", gpu, f, f] for f in (1980, 1410, 1200) for gpu in (0, 1)]
+    assert _calls(fake) == sets + sets + [["nvmlDeviceResetGpuLockedClocks", 0], ["nvmlDeviceResetGpuLockedClocks", 1]]
+    assert _gpu_settings(fake) == found
+    assert backend.journal.entries() == []
+
+
+def test_restore_resets_the_lock_when_the_executor_was_not_closed(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path)
+    found = _gpu_settings(fake)
+    backend.apply(Settings(power_limit_w=500.0))
+    ex = PlanExecutor(_plan([1980, 1410, 1200]), backend.clock_control(), min_interval_s=0.0).start()
+    _iteration(ex)
+    backend.restore()  # e.g. the SIGTERM path runs before the training code closes its executor
+    ex.close()  # the backend has nothing locked any more, so close adds no call
+    assert _calls(fake) == [
+        ["nvmlDeviceSetPowerManagementLimit", 0, 500_000],
+        ["nvmlDeviceSetGpuLockedClocks", 0, 1980, 1980],
+        ["nvmlDeviceSetGpuLockedClocks", 0, 1410, 1410],
+        ["nvmlDeviceSetGpuLockedClocks", 0, 1200, 1200],
+        ["nvmlDeviceSetPowerManagementLimit", 0, 700_000],
+        ["nvmlDeviceResetGpuLockedClocks", 0],
+    ]
+    assert _gpu_settings(fake) == found and ex.stats.errors == 0
+
+
+def test_read_only_env_makes_every_switch_fail_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRIDSHIFT_NVML_READ_ONLY", "1")
+    backend, fake, _ = make_backend(tmp_path)
+    found = _gpu_settings(fake)
+    with backend:
+        with PlanExecutor(_plan([1980, 1410, 1200]), backend.clock_control(), min_interval_s=0.0) as ex:
+            _iteration(ex)
+    assert ex.stats.errors == 3 and ex.stats.issued == 0
+    assert "GRIDSHIFT_NVML_READ_ONLY=1" in ex.stats.last_error
+    assert _calls(fake) == [] and _gpu_settings(fake) == found
+    assert backend.journal.entries() == []  # nothing was locked, so restore had nothing to undo
+
+
+def test_without_privilege_switches_are_refused_before_nvml(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path, allowed=False)
+    with backend:
+        with PlanExecutor(_plan([1980, 1410, 1200]), backend.clock_control(), min_interval_s=0.0) as ex:
+            _iteration(ex)
+    assert ex.stats.errors == 3 and "NoPermission" in ex.stats.last_error
+    assert _calls(fake) == [] and backend.journal.entries() == []
+
+
+def test_unsupported_clock_is_an_error_not_a_silent_skip(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path)
+    with backend:
+        with PlanExecutor(_plan([1980, 2500, 1200]), backend.clock_control(), min_interval_s=0.0) as ex:
+            _iteration(ex)
+    assert ex.stats.errors == 1 and "2500" in ex.stats.last_error
+    assert [c[0] for c in _calls(fake)] == ["nvmlDeviceSetGpuLockedClocks"] * 2 + ["nvmlDeviceResetGpuLockedClocks"]
