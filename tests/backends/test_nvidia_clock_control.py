@@ -13,25 +13,15 @@ from backends.types import Settings
 from plans.dvfs.executor import ClockControl, PlanExecutor
 from plans.dvfs.plan_file import ClockPlan
 from tests.backends.nvidia_helpers import make_backend
+from tests.fakes.clock_plans import PHASES as _PHASES
+from tests.fakes.clock_plans import make_plan
 from tests.fakes.fake_nvml import FakeNvml
 
-PHASES = ["layer0.forward", "layer0.backward", "optimizer"]
+PHASES = list(_PHASES)
 
 
 def _plan(clocks_mhz: list[int]) -> ClockPlan:
-    """One segment per phase in PHASES, each starting where its phase starts."""
-    segs = [{"start_kernel": 10 * i, "start_phase": p, "phase_aligned": True, "sm_clock_mhz": f, "duration_s": 1e-3}
-            for i, (p, f) in enumerate(zip(PHASES, clocks_mhz))]
-    return ClockPlan.model_validate({
-        "gpu_model": "NVIDIA H200", "workload_fingerprint": "test", "profile_source": "synthetic",
-        "provenance": "modelled", "n_kernels": 30,
-        "parameters": {"epsilon": 0.05, "tau_sw_s": 0.0, "eps_sw_j": 0.0, "d_min_s": 0.0, "clock_floor_mhz": 0.0,
-                       "boundaries": "phase", "method": "exact"},
-        "segments": segs,
-        "prediction": {"energy_change_pct": -5.0, "time_change_pct": 1.0, "switches_per_iteration": len(segs) - 1,
-                       "energy_j": 3.8, "reference_energy_j": 4.0, "time_s": 6.5e-3, "reference_time_s": 6.4e-3,
-                       "gap": 0.0},
-    })
+    return make_plan(clocks_mhz)
 
 
 def _iteration(ex: PlanExecutor) -> None:
