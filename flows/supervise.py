@@ -137,6 +137,11 @@ def supervise(
             mode_settings_env[PROFILE_DIR_ENV] = str(profile_dir)
     mode, since, described = enter(decision.mode, decision.reason)
     reason = decision.reason
+    any_auto_power = any(m.power_limit_select is not None for m in policy.modes.values())
+    delegate = getattr(backend, "delegate_control", None)  # backends whose journal can cover the job's changes
+    if control and delegate is not None and (job_plan is not None or any_auto_power):
+        # the job's in-process executor / PowerLimitCallback would otherwise find the GPU held by us
+        mode_settings_env.update(delegate(power=any_auto_power, sm_clock=job_plan is not None))
     handle = start_job(mode_settings_env)
     try:
         while True:

@@ -18,7 +18,7 @@ from tests.fakes.clock_plans import make_plan, write_plan
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "policy.yaml"
-ENV_KEYS = ("GRIDSHIFT_MODE", "GRIDSHIFT_CLOCK_PLAN", "GRIDSHIFT_PROFILE_DIR", "GRIDSHIFT_WORKLOAD_FINGERPRINT",
+ENV_KEYS = ("GRIDSHIFT_MODE", "GRIDSHIFT_CLOCK_PLAN", "GRIDSHIFT_GPU_DELEGATED_BY", "GRIDSHIFT_PROFILE_DIR", "GRIDSHIFT_WORKLOAD_FINGERPRINT",
             "GRIDSHIFT_GPU_MODEL")
 
 
@@ -112,3 +112,30 @@ def test_power_limit_select_without_then_with_a_stored_profile(tmp_path: Path) -
     assert auto["profile_found"] is True and auto["power_limit_w"] == 450.0
     assert report["modes"][0]["settings"].startswith("power limit 450 W")
     assert "power limit auto: 450 W by the energy selector" in report["modes"][0]["settings"]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_on_nvidia_the_flow_delegates_the_clock_lock_to_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import flows.training as training
+    from tests.backends.nvidia_helpers import make_backend
+
+    backend, fake, _ = make_backend(tmp_path)
+    monkeypatch.setattr(training, "create_backend", lambda name, **options: backend)
+    found = fake.state()["gpus"]
+    write_plan(tmp_path / "plan.json", make_plan([1980, 1410, 1200]))
+    policy = _policy(tmp_path, "    clock_plan: plan.json\n")
+    env_file = tmp_path / "env.json"
+    report = training.carbon_aware_training(policy_path=str(policy), run_id="t-nv", command=_env_dump_job(env_file),
+                                            backend_name="nvidia", ledger_path=str(tmp_path / "ledger.sqlite3"))
+    assert report["status"] == "completed" and report["extra"]["clock_plan"]["gpu_model"] == "NVIDIA H200"
+    env = json.loads(env_file.read_text())
+    assert env["GRIDSHIFT_CLOCK_PLAN"] == str((tmp_path / "plan.json").resolve())
+    assert env["GRIDSHIFT_GPU_DELEGATED_BY"] == str(os.getpid())
+    # the flow's journal covered the job's locks, so its restore resets them; the GPU ends as found
+    assert fake.state()["calls"][-1] == ["nvmlDeviceResetGpuLockedClocks", 0]
+    after = fake.state()["gpus"]
+    for key in ("power_limit_mw", "locked_sm_mhz"):
+        assert after[0][key] == found[0][key]
+    assert backend.journal.entries() == []
