@@ -81,7 +81,9 @@ class NvidiaBackend(Backend):
         self._locked_sm: dict[str, tuple[int, int]] = {}
         self._locked_mem: dict[str, int] = {}
         self.recovered: list[str] = []
-        self._clock_lock = threading.Lock()
+        # apply/restore (training thread, signal handler) and clock switches (executor worker thread)
+        # share the journal entries and the lock bookkeeping; re-entrant for restore inside a handler
+        self._clock_lock = threading.RLock()
         self._delegated: dict[str, tuple[str, ...]] = {}  # GPU key -> kinds the delegating journal covers
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -266,6 +268,14 @@ class NvidiaBackend(Backend):
         }
 
     # -- write path ------------------------------------------------------------------------------
+    def apply(self, settings: Settings) -> Applied:
+        with self._clock_lock:
+            return super().apply(settings)
+
+    def restore(self) -> None:
+        with self._clock_lock:
+            super().restore()
+
     def _controllable(self) -> list[Device]:
         return [d for d in self._devices if not d.is_mig]
 
