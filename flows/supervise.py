@@ -6,15 +6,18 @@ Plain Python (no Prefect), so the control loop is testable with an injected cloc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from backends.base import Backend
 from backends.types import Capabilities
 from carbon.monitor import CarbonMonitor, Reading
 from flows.job import JobHandle
+from plans.profile_store import PowerProfile
+from scheduler.auto_power import FINGERPRINT_ENV, GPU_MODEL_ENV, PROFILE_DIR_ENV, choose_power_limit
+from scheduler.clock_plans import CLOCK_PLAN_ENV, ModePlan
 from scheduler.decide import Decision, ModeState, decide
 from scheduler.modes import resolve_settings
 from scheduler.policy import Policy
@@ -50,6 +53,7 @@ class SupervisedRun:
     tail: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def energy_j(self) -> float:
@@ -76,6 +80,10 @@ def supervise(
     out: SupervisedRun | None = None,
     slowdown: dict[str, float] | None = None,
     progress: Callable[[], float | None] | None = None,
+    clock_plans: Mapping[str, ModePlan] | None = None,
+    power_profile: PowerProfile | None = None,
+    fingerprint: str = "",
+    profile_dir: Path | None = None,
 ) -> SupervisedRun:
     """Run one job to the end. ``out`` is filled as the run goes, so a failure keeps what was measured.
 
@@ -85,6 +93,10 @@ def supervise(
     When the job reports ``progress()`` (fraction done, 0-1), the work left comes from it instead,
     and each mode's slowdown is re-estimated from the progress it actually made, so a job that runs
     slower than modelled in the dirty mode is moved to the clean mode before it can miss the deadline.
+
+    ``clock_plans`` (checked by :func:`scheduler.clock_plans.load_clock_plans`): the first mode's
+    plan goes to the job in ``GRIDSHIFT_CLOCK_PLAN``, for its in-process executor. ``power_profile``:
+    the stored profile that ``power_limit_select`` modes choose their limit from.
     """
     run = out if out is not None else SupervisedRun()
     meter = backend.meter()
@@ -102,13 +114,37 @@ def supervise(
     last_fraction = 0.0
     observed: dict[str, list[float]] = {}  # mode -> [wall seconds, work seconds gained]
 
+    plans = dict(clock_plans or {})
+    job_plan = plans.get(decision.mode)
+
     def enter(mode: str, reason: str) -> tuple[str, datetime, str]:
-        settings = resolve_settings(policy.modes[mode], caps)
+        m = policy.modes[mode]
+        settings = resolve_settings(m, caps)
+        notes: list[str] = []
+        if m.power_limit_select is not None:
+            values = reading.series.values() if reading.series else []
+            choice = choose_power_limit(m, caps, power_profile, reading.current.g_per_kwh,
+                                        max_ci_g_per_kwh=max(values) if values else None, fingerprint=fingerprint)
+            settings = replace(settings, power_limit_w=choice.power_limit_w)
+            notes.append(choice.reason)
+            run.extra.setdefault("power_limit_auto", {"mode": mode, "power_limit_w": choice.power_limit_w,
+                                                      "reason": choice.reason, "profile_found": power_profile is not None})
+            if choice.warning and choice.warning not in run.warnings:
+                run.warnings.append(choice.warning)
+        plan = plans.get(mode)
+        if plan is not None and plan is job_plan:
+            notes.append(plan.describe())
+        elif plan is not None:  # the job learnt its plan at start; a subprocess's env cannot change
+            notes.append(f"clock plan {plan.path.name} not applied: the job reads {CLOCK_PLAN_ENV} at start")
+        elif job_plan is not None:
+            notes.append(f"the job's clock plan {job_plan.path.name} (mode {job_plan.mode}) keeps running in-process")
         if control:
             applied = backend.apply(settings)
             described = applied.describe()
         else:
             described = f"measure-only (would apply {settings.describe()})"
+        if notes:
+            described += " [" + "; ".join(notes) + "]"
         log(f"mode {mode}: {described}")
         meter.begin(f"{mode}@{len(run.spans)}")
         return mode, now(), described
@@ -126,8 +162,22 @@ def supervise(
         "GRIDSHIFT_MODE": decision.mode,
         **({"GRIDSHIFT_BATCH_SIZE": str(policy.modes[decision.mode].batch_size)} if policy.modes[decision.mode].batch_size else {}),
     }
+    if job_plan is not None:
+        mode_settings_env[CLOCK_PLAN_ENV] = str(job_plan.path)
+        run.extra["clock_plan"] = job_plan.to_json()
+    if any(m.power_limit_select is not None for m in policy.modes.values()):
+        # so the job's PowerLimitCallback saves its profile exactly where the next run looks
+        mode_settings_env[FINGERPRINT_ENV] = fingerprint
+        mode_settings_env[GPU_MODEL_ENV] = caps.devices[0].name if caps.devices else ""
+        if profile_dir is not None:
+            mode_settings_env[PROFILE_DIR_ENV] = str(profile_dir)
     mode, since, described = enter(decision.mode, decision.reason)
     reason = decision.reason
+    any_auto_power = any(m.power_limit_select is not None for m in policy.modes.values())
+    delegate = getattr(backend, "delegate_control", None)  # backends whose journal can cover the job's changes
+    if control and delegate is not None and (job_plan is not None or any_auto_power):
+        # the job's in-process executor / PowerLimitCallback would otherwise find the GPU held by us
+        mode_settings_env.update(delegate(power=any_auto_power, sm_clock=job_plan is not None))
     handle = start_job(mode_settings_env)
     try:
         while True:

@@ -30,6 +30,10 @@ from flows.artifacts import artifact_key, report_markdown
 from flows.job import JobFailed, JobHandle, start_callable, start_command
 from flows.sources import monitor_for
 from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, supervise
+from plans.errors import BadProfile
+from plans.profile_store import PowerProfile, ProfileStore
+from scheduler.auto_power import job_fingerprint, profiles_dir
+from scheduler.clock_plans import ModePlan, load_clock_plans
 from scheduler.decide import Decision, decide
 from scheduler.ledger import Ledger
 from scheduler.policy import Policy
@@ -99,7 +103,9 @@ def wait_until(start_at: datetime, now: Callable[[], datetime] = _utcnow, sleep:
 
 @task(name="run job under policy", cache_policy=NO_CACHE)
 def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision,
-                   reading: Reading, command: list[str] | None, deadline: datetime | None, out: SupervisedRun) -> SupervisedRun:
+                   reading: Reading, command: list[str] | None, deadline: datetime | None, out: SupervisedRun,
+                   clock_plans: dict[str, ModePlan] | None = None, power_profile: PowerProfile | None = None,
+                   fingerprint: str = "") -> SupervisedRun:
     logger = get_run_logger()
     caps = backend.capabilities()
 
@@ -117,7 +123,9 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
     try:
         return supervise(policy=policy, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
                          first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
-                         out=out, progress=progress_file_reader(progress_path))
+                         out=out, progress=progress_file_reader(progress_path),
+                         clock_plans=clock_plans, power_profile=power_profile, fingerprint=fingerprint,
+                         profile_dir=profiles_dir())
     finally:
         shutil.rmtree(progress_path.parent, ignore_errors=True)
 
@@ -153,6 +161,19 @@ def _probe_control(backend: Backend, require_control: bool = False) -> _Control:
     return _Control(False, f"cannot change GPU settings ({caps.control_note or 'no permission'}); running measure-only")
 
 
+def _stored_power_profile(policy: Policy, backend: Backend, fingerprint: str) -> tuple[PowerProfile | None, str]:
+    """The stored power-limit profile for this GPU model and job, when a mode selects its limit."""
+    if not any(m.power_limit_select is not None for m in policy.modes.values()):
+        return None, ""
+    caps = backend.capabilities()
+    if not caps.devices:
+        return None, ""
+    try:
+        return ProfileStore(profiles_dir()).load(caps.devices[0].name, fingerprint), ""
+    except BadProfile as exc:  # a damaged profile costs the auto choice, not the run
+        return None, f"power-limit profile unusable, ignored: {exc}"
+
+
 @flow(name="carbon_aware_training", log_prints=True, validate_parameters=False)
 def carbon_aware_training(
     policy_path: str,
@@ -169,6 +190,7 @@ def carbon_aware_training(
     """
     logger = get_run_logger()
     policy = load_policy(policy_path)
+    load_clock_plans(policy, policy_path)  # bad plan files are bad input: fail before any waiting
     run_id = run_id or new_run_id()
     nominal = datetime.fromisoformat(nominal_start).astimezone(timezone.utc) if nominal_start else _utcnow()
     deadline = nominal + timedelta(seconds=policy.job.deadline_s) if policy.job.deadline_s else None
@@ -184,9 +206,20 @@ def carbon_aware_training(
 
     backend = create_backend(backend_name or policy.backend.name, **policy.backend.options)
     control = _probe_control(backend, policy.backend.require_control)
+    try:  # now against the device: its clock table and (on real hardware) its GPU model
+        clock_plans = load_clock_plans(policy, policy_path, backend.capabilities())
+    except BaseException:
+        backend.close()
+        monitor.close()
+        raise
+    fingerprint = job_fingerprint(policy.job.name, command or policy.job.command or policy.job.callable)
+    power_profile, profile_warning = _stored_power_profile(policy, backend, fingerprint)
     for line in getattr(backend, "recovered", ()):  # journals of killed runs, replayed on open
         logger.warning("restored settings left by a killed run: %s", line)
     warnings = [f"carbon: {f}" for f in reading.failures]
+    if profile_warning:
+        logger.warning(profile_warning)
+        warnings.append(profile_warning)
     if control.warning:
         logger.warning(control.warning)
         warnings.append(control.warning)
@@ -197,7 +230,8 @@ def carbon_aware_training(
     error = ""
     uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
     try:
-        run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run)
+        run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
+                       clock_plans, power_profile, fingerprint)
     except BaseException as exc:  # the report is still written, then the flow fails
         error = f"{type(exc).__name__}: {exc}"
         raise
@@ -220,7 +254,7 @@ def carbon_aware_training(
             intensity_g_per_kwh=(run.carbon_g / energy_j * 3.6e6) if energy_j > 0 else reading.current.g_per_kwh,
             intensity_kind=reading.current.kind, intensity_source=reading.current.source or reading.source,
             modes=tuple(run.spans), decision_reason=decision.reason, exit_code=run.exit_code, error=error,
-            warnings=tuple(warnings), carbon_sources=tuple(run.sources),
+            warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=dict(run.extra),
         ).to_json()
         record_report(report, ledger_path)
     if status != "completed":

@@ -14,19 +14,24 @@ tenants, so MIG devices are measure-only.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any, Callable, ClassVar, Mapping
 
 from backends.base import Backend
 from backends.errors import BackendError, NoDevice, NoPermission, Unsupported
 from backends.journal import Journal, JournalEntry
-from backends.nvidia._nvml import Nvml, load_nvml_module
+from backends.nvidia._nvml import READ_ONLY_ENV, Nvml, load_nvml_module
 from backends.nvidia.devices import Device, discover
 from backends.nvidia.meter import NvidiaMeter, PowerSampler, RaplReader
 from backends.nvidia.privilege import Privilege, probe_privilege
 from backends.types import Applied, Capabilities, DeviceInfo, Settings
 
-__all__ = ["NvidiaBackend"]
+__all__ = ["DELEGATE_ENV", "NvidiaBackend", "NvidiaClockControl"]
+
+#: set by a gridshift process that holds the GPUs for the job it starts: the job's own backend may
+#: then change what that process's journal already covers (see ``delegate_control``)
+DELEGATE_ENV = "GRIDSHIFT_GPU_DELEGATED_BY"
 
 POWER = "power_limit"
 SM_LOCK = "sm_locked_clocks"
@@ -76,6 +81,10 @@ class NvidiaBackend(Backend):
         self._locked_sm: dict[str, tuple[int, int]] = {}
         self._locked_mem: dict[str, int] = {}
         self.recovered: list[str] = []
+        # apply/restore (training thread, signal handler) and clock switches (executor worker thread)
+        # share the journal entries and the lock bookkeeping; re-entrant for restore inside a handler
+        self._clock_lock = threading.RLock()
+        self._delegated: dict[str, tuple[str, ...]] = {}  # GPU key -> kinds the delegating journal covers
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -120,10 +129,19 @@ class NvidiaBackend(Backend):
             return Privilege(False, "control disabled by backend option control: false")
         return self._privilege_probe()
 
+    def _delegate_pid(self) -> int | None:
+        env = self._env if self._env is not None else os.environ
+        try:
+            return int(env.get(DELEGATE_ENV, "")) or None
+        except ValueError:
+            return None
+
     def _foreign_owner(self, device: Device) -> JournalEntry | None:
         entry = self.journal.read(device.key)
         if entry is None or entry.owner.pid == os.getpid():
             return None
+        if entry.owner.pid == self._delegate_pid() and entry.touched:
+            return None  # our parent holds the GPU and handed us what its journal covers
         return entry if entry.owner.is_alive() else None
 
     def capabilities(self) -> Capabilities:
@@ -250,6 +268,14 @@ class NvidiaBackend(Backend):
         }
 
     # -- write path ------------------------------------------------------------------------------
+    def apply(self, settings: Settings) -> Applied:
+        with self._clock_lock:
+            return super().apply(settings)
+
+    def restore(self) -> None:
+        with self._clock_lock:
+            super().restore()
+
     def _controllable(self) -> list[Device]:
         return [d for d in self._devices if not d.is_mig]
 
@@ -261,9 +287,18 @@ class NvidiaBackend(Backend):
                 raise NoPermission(f"GPU {d.index} ({d.uuid}) is under the control of gridshift pid {owner.owner.pid}",
                                    action="record prior settings", gpu_index=d.index)
         self._prior = {}
+        self._delegated = {}
+        delegate = self._delegate_pid()
         for d in self._controllable():
             prior = {"power_limit_mw": lib.power_limit_mw(d.handle, d.index)}
             entry = self.journal.new_entry(uuid=d.uuid, index=d.index, name=d.name, prior=prior)
+            held = self.journal.read(d.key) if delegate else None
+            if held is not None and held.owner.pid == delegate:
+                # The delegating process's journal already protects the true prior (and survives our
+                # SIGKILL); we remember only what *we* found, in memory, to put back on our restore.
+                self._delegated[d.key] = held.touched
+                self._prior[d.key] = entry
+                continue
             try:
                 self.journal.write(entry, exclusive=True)
             except FileExistsError:
@@ -280,15 +315,31 @@ class NvidiaBackend(Backend):
 
     def _release_claims(self) -> None:
         for key in self._prior:
-            self.journal.remove(key)
+            if key not in self._delegated:
+                self.journal.remove(key)
         self._prior = {}
 
     def _touch(self, device: Device, what: str) -> None:
         entry = self._prior[device.key]
+        covered = self._delegated.get(device.key)
+        if covered is not None and what not in covered:
+            raise NoPermission(f"GPU {device.index}: the gridshift process that started this job journalled "
+                               f"{', '.join(covered)} only, not {what}", action=f"change {what}", gpu_index=device.index)
         if what not in entry.touched:
             entry = JournalEntry(uuid=entry.uuid, index=entry.index, name=entry.name, owner=entry.owner,
                                  prior=entry.prior, touched=entry.touched + (what,), written_at=entry.written_at)
-            self.journal.write(entry)  # durable before the change it protects
+            if covered is None:
+                self.journal.write(entry)  # durable before the change it protects
+            self._prior[device.key] = entry
+
+    def _untouch(self, device: Device, what: str) -> None:
+        entry = self._prior[device.key]
+        if what in entry.touched:
+            entry = JournalEntry(uuid=entry.uuid, index=entry.index, name=entry.name, owner=entry.owner,
+                                 prior=entry.prior, touched=tuple(t for t in entry.touched if t != what),
+                                 written_at=entry.written_at)
+            if device.key not in self._delegated:
+                self.journal.write(entry)  # only after the change it recorded is undone (or never happened)
             self._prior[device.key] = entry
 
     def _apply(self, settings: Settings) -> Applied:
@@ -339,8 +390,14 @@ class NvidiaBackend(Backend):
             return
         if self._locked_sm.get(d.key) == (lo, hi):
             return
+        first_lock = SM_LOCK not in self._prior[d.key].touched
         self._touch(d, SM_LOCK)
-        lib.set_gpu_locked_clocks_mhz(d.handle, lo, hi, d.index)
+        try:
+            lib.set_gpu_locked_clocks_mhz(d.handle, lo, hi, d.index)
+        except BackendError:
+            if first_lock:  # refused, so nothing is locked: a restore must not try (and fail) to unlock
+                self._untouch(d, SM_LOCK)
+            raise
         self._locked_sm[d.key] = (lo, hi)
         changed.append("sm_clock_mhz")
 
@@ -363,6 +420,75 @@ class NvidiaBackend(Backend):
         self._locked_mem[d.key] = m
         changed.append("mem_clock_mhz")
 
+    def delegate_control(self, *, power: bool = False, sm_clock: bool = False) -> dict[str, str]:
+        """Let a job this process starts change power limits and/or SM clock locks with its own backend.
+
+        Journals the kinds of change first (so this process's restore, its signal handlers, and the
+        next start after a SIGKILL undo them whoever made them), then returns the environment for
+        the job (``GRIDSHIFT_GPU_DELEGATED_BY``). Without that, the job would see the GPU held by a
+        live gridshift process and stay measure-only. Returns ``{}`` when control is not possible.
+        """
+        kinds = ([POWER] if power else []) + ([SM_LOCK] if sm_clock else [])
+        if not kinds or not self.privilege().allowed or os.environ.get(READ_ONLY_ENV) == "1":
+            return {}
+        self._open()
+        devices = self._controllable()
+        if not devices:
+            return {}
+        if self._restored:  # the same bookkeeping as Backend.apply: record and journal the prior first
+            self._record_prior()
+            self._restored = False
+        for d in devices:
+            for what in kinds:
+                self._touch(d, what)
+        return {DELEGATE_ENV: str(os.getpid())}
+
+    # -- clock control for the DVFS executor ------------------------------------------------------
+    def clock_control(self) -> "NvidiaClockControl":
+        """A ``ClockControl`` (``plans.dvfs.executor``) that switches the SM clock lock of every
+        controllable GPU through this backend: privilege checked, prior settings journalled before
+        the first write, refusals raised (the executor counts them) instead of skipped."""
+        return NvidiaClockControl(self)
+
+    def lock_sm_clock_mhz(self, lo_mhz: int, hi_mhz: int) -> None:
+        """Lock the SM clock of every controllable GPU to ``[lo_mhz, hi_mhz]``.
+
+        Unlike ``apply`` (which reports a refused setting as skipped so a run goes on), this raises
+        :class:`NoPermission` / :class:`Unsupported` / :class:`BackendError`: the caller switches
+        clocks many times per step and must know each switch that did not happen.
+        """
+        with self._clock_lock:
+            priv = self.privilege()
+            if not priv.allowed:
+                raise NoPermission(f"cannot lock SM clocks: {priv.note}", action="set locked SM clocks")
+            self._open()
+            devices = self._controllable()
+            if not devices:
+                raise Unsupported("no GPU here may have its clocks locked (MIG instances are measure-only)")
+            if self._restored:  # the same bookkeeping as Backend.apply: record and journal the prior first
+                self._record_prior()
+                self._restored = False
+            lib = self._open()
+            for d in devices:
+                changed: list[str] = []
+                skipped: list[str] = []
+                self._apply_sm(lib, d, Settings(sm_clock_mhz=(int(lo_mhz), int(hi_mhz))), changed, skipped)
+                if skipped:
+                    raise Unsupported(f"GPU {d.index}: {skipped[0]}")
+
+    def unlock_sm_clock(self) -> None:
+        """Undo the SM clock locks this backend made (``nvmlDeviceResetGpuLockedClocks``); others untouched."""
+        with self._clock_lock:
+            if self._restored or not self._locked_sm:
+                return
+            lib = self._open()
+            for d in self._controllable():
+                if d.key not in self._locked_sm:
+                    continue
+                lib.reset_gpu_locked_clocks(d.handle, d.index)
+                del self._locked_sm[d.key]
+                self._untouch(d, SM_LOCK)
+
     # -- restore ---------------------------------------------------------------------------------
     def _restore(self) -> None:
         lib = self._open()
@@ -376,7 +502,8 @@ class NvidiaBackend(Backend):
             except BackendError as exc:
                 errors.append(exc)
                 continue
-            self.journal.remove(d.key)
+            if self._delegated.pop(d.key, None) is None:
+                self.journal.remove(d.key)  # a delegating process's journal stays: it restores the true prior
             self._locked_sm.pop(d.key, None)
             self._locked_mem.pop(d.key, None)
             del self._prior[d.key]  # failed GPUs stay recorded (and journalled) for the next attempt
@@ -407,6 +534,22 @@ class NvidiaBackend(Backend):
             lines.append(f"GPU {entry.index} ({entry.uuid}): restored {done or 'nothing to change'} "
                          f"(left by pid {entry.owner.pid})")
         return lines
+
+
+class NvidiaClockControl:
+    """The two-method clock control the DVFS executor drives (``plans.dvfs.executor.ClockControl``,
+    satisfied structurally: backends do not import plans). Every call goes through the backend's
+    journalled, read-before-write, privilege-checked path, so ``restore`` still puts back exactly
+    what was found."""
+
+    def __init__(self, backend: NvidiaBackend) -> None:
+        self.backend = backend
+
+    def set_locked_sm_clock_mhz(self, lo_mhz: int, hi_mhz: int) -> None:
+        self.backend.lock_sm_clock_mhz(lo_mhz, hi_mhz)
+
+    def reset_locked_sm_clock(self) -> None:
+        self.backend.unlock_sm_clock()
 
 
 def _restore_entry(lib: Nvml, handle: Any, entry: JournalEntry) -> str:

@@ -41,6 +41,13 @@ def _human(report: dict[str, Any]) -> str:
     ]
     if len(report["modes"]) > 1:
         lines.append("  modes      " + " -> ".join(f"{m['mode']}@{m['start'][11:19]}" for m in report["modes"]))
+    extra = report.get("extra", {})
+    if "power_limit_auto" in extra:
+        lines.append(f"  power      {extra['power_limit_auto']['reason']}")
+    if "clock_plan" in extra:
+        plan = extra["clock_plan"]
+        lines.append(f"  clock plan {plan['file']} (modelled: {plan['predicted_energy_saving_pct']:.1f}% less energy, "
+                     f"{plan['predicted_slowdown_pct']:+.1f}% time; run in-process by PlanExecutor)")
     for w in report.get("warnings", []):
         lines.append(f"  warning    {w}")
     if report.get("error"):
@@ -60,8 +67,10 @@ def run(
     from scheduler.ledger import Ledger
     from scheduler.policy_io import load_policy
 
+    from scheduler.clock_plans import load_clock_plans
+
     try:
-        load_policy(policy)  # fail fast on bad input, before Prefect starts
+        load_clock_plans(load_policy(policy), policy)  # fail fast on bad input, before Prefect starts
     except PolicyError as exc:
         raise fail(exc, EXIT_INPUT) from None
     _quiet_prefect_defaults()
