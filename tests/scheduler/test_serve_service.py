@@ -135,7 +135,7 @@ def test_serve_cli_plans_into_its_job_store_and_stops_on_sigterm(tmp_path):
             if "planned nightly-retrain@" in line:
                 break
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=120) == 0
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
