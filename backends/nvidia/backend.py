@@ -80,11 +80,15 @@ class NvidiaBackend(Backend):
         self._prior: dict[str, JournalEntry] = {}
         self._locked_sm: dict[str, tuple[int, int]] = {}
         self._locked_mem: dict[str, int] = {}
+        # GPU key -> the power limit (mW) this backend found before its own first change to it, for
+        # a later mode that leaves the limit unset ("as found"); only limits this backend set itself
+        self._power_set_from_mw: dict[str, int] = {}
         self.recovered: list[str] = []
         # apply/restore (training thread, signal handler) and clock switches (executor worker thread)
         # share the journal entries and the lock bookkeeping; re-entrant for restore inside a handler
         self._clock_lock = threading.RLock()
         self._delegated: dict[str, tuple[str, ...]] = {}  # GPU key -> kinds the delegating journal covers
+        self._delegated_out: dict[str, set[str]] = {}  # GPU key -> kinds we handed to a job (delegate_control)
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -288,6 +292,8 @@ class NvidiaBackend(Backend):
                                    action="record prior settings", gpu_index=d.index)
         self._prior = {}
         self._delegated = {}
+        self._delegated_out = {}
+        self._power_set_from_mw = {}
         delegate = self._delegate_pid()
         for d in self._controllable():
             prior = {"power_limit_mw": lib.power_limit_mw(d.handle, d.index)}
@@ -334,6 +340,8 @@ class NvidiaBackend(Backend):
 
     def _untouch(self, device: Device, what: str) -> None:
         entry = self._prior[device.key]
+        if what in self._delegated_out.get(device.key, ()):
+            return  # the job we delegated it to may have changed it too: our restore must still undo it
         if what in entry.touched:
             entry = JournalEntry(uuid=entry.uuid, index=entry.index, name=entry.name, owner=entry.owner,
                                  prior=entry.prior, touched=tuple(t for t in entry.touched if t != what),
@@ -367,20 +375,36 @@ class NvidiaBackend(Backend):
 
     def _apply_power(self, lib: Nvml, d: Device, s: Settings, changed: list[str], skipped: list[str]) -> None:
         if s.power_limit_w is None:
+            # "as found": put back the limit found before this backend changed it (a limit set by a
+            # job we delegated to is the job's, and a later mode's explicit limit overrides it)
+            found_mw = self._power_set_from_mw.get(d.key)
+            if found_mw is not None:
+                if lib.power_limit_mw(d.handle, d.index) != found_mw:
+                    lib.set_power_limit_mw(d.handle, found_mw, d.index)
+                    changed.append("power_limit_w")
+                del self._power_set_from_mw[d.key]
             return
         target_mw = int(round(s.power_limit_w * 1000))
         lo_mw, hi_mw = lib.power_limit_constraints_mw(d.handle, d.index)
         if not lo_mw <= target_mw <= hi_mw:
             skipped.append(f"power limit {s.power_limit_w:.0f} W outside {lo_mw / 1000:.0f}-{hi_mw / 1000:.0f} W")
             return
-        if lib.power_limit_mw(d.handle, d.index) == target_mw:  # read before writing; no-op writes skipped
+        current_mw = lib.power_limit_mw(d.handle, d.index)
+        if current_mw == target_mw:  # read before writing; no-op writes skipped
             return
         self._touch(d, POWER)
         lib.set_power_limit_mw(d.handle, target_mw, d.index)
+        self._power_set_from_mw.setdefault(d.key, current_mw)
         changed.append("power_limit_w")
 
     def _apply_sm(self, lib: Nvml, d: Device, s: Settings, changed: list[str], skipped: list[str]) -> None:
         if s.sm_clock_mhz is None:
+            # "as found": undo our own lock; a lock made by a job we delegated to is left to the job
+            if d.key in self._locked_sm:
+                lib.reset_gpu_locked_clocks(d.handle, d.index)
+                del self._locked_sm[d.key]
+                self._untouch(d, SM_LOCK)
+                changed.append("sm_clock_mhz")
             return
         lo, hi = s.sm_clock_mhz
         mem = max(lib.supported_memory_clocks_mhz(d.handle, d.index))
@@ -403,6 +427,11 @@ class NvidiaBackend(Backend):
 
     def _apply_mem(self, lib: Nvml, d: Device, s: Settings, changed: list[str], skipped: list[str]) -> None:
         if s.mem_clock_mhz is None:
+            if d.key in self._locked_mem:  # "as found": undo our own lock
+                lib.reset_memory_locked_clocks(d.handle, d.index)
+                del self._locked_mem[d.key]
+                self._untouch(d, MEM_LOCK)
+                changed.append("mem_clock_mhz")
             return
         m = s.mem_clock_mhz
         supported = lib.supported_memory_clocks_mhz(d.handle, d.index)
@@ -441,6 +470,7 @@ class NvidiaBackend(Backend):
         for d in devices:
             for what in kinds:
                 self._touch(d, what)
+                self._delegated_out.setdefault(d.key, set()).add(what)
         return {DELEGATE_ENV: str(os.getpid())}
 
     # -- clock control for the DVFS executor ------------------------------------------------------
@@ -506,6 +536,8 @@ class NvidiaBackend(Backend):
                 self.journal.remove(d.key)  # a delegating process's journal stays: it restores the true prior
             self._locked_sm.pop(d.key, None)
             self._locked_mem.pop(d.key, None)
+            self._power_set_from_mw.pop(d.key, None)
+            self._delegated_out.pop(d.key, None)
             del self._prior[d.key]  # failed GPUs stay recorded (and journalled) for the next attempt
         if errors:
             raise errors[0]

@@ -204,3 +204,42 @@ def test_no_delegation_in_read_only_mode_or_without_privilege(tmp_path: Path, mo
     backend, fake, _ = make_backend(tmp_path)
     monkeypatch.setenv("GRIDSHIFT_NVML_READ_ONLY", "1")
     assert backend.delegate_control(sm_clock=True) == {} and backend.journal.entries() == []
+
+
+# -- a mode that leaves a setting unset means "as found" -----------------------------------------
+def test_switching_to_a_mode_without_a_clock_lock_resets_ours_and_unjournals_it(tmp_path: Path) -> None:
+    """Review repro: apply(400 W, SM 900) then apply(700 W) kept in_force.sm_clock_mhz == (900, 900)."""
+    backend, fake, _ = make_backend(tmp_path)
+    backend.apply(Settings(power_limit_w=400.0, sm_clock_mhz=(900, 900)))
+    applied = backend.apply(Settings(power_limit_w=700.0))
+    assert applied.in_force.sm_clock_mhz is None and _gpu_settings(fake)[0]["locked_sm_mhz"] is None
+    (entry,) = backend.journal.entries()
+    assert SM_LOCK not in entry.touched  # nothing of ours left locked for a crash recovery to undo
+    backend.restore()
+    assert [c[0] for c in _calls(fake)].count("nvmlDeviceResetGpuLockedClocks") == 1  # none again on restore
+
+
+def test_a_mode_without_a_power_limit_puts_back_the_limit_found(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path)
+    backend.apply(Settings(power_limit_w=400.0))
+    backend.apply(Settings(power_limit_w=300.0))
+    applied = backend.apply(Settings(sm_clock_mhz=(1410, 1410)))
+    assert applied.in_force.power_limit_w == 700.0 and "power_limit_w" in applied.changed
+    assert _gpu_settings(fake)[0] == {"power_limit_mw": 700_000, "locked_sm_mhz": [1410, 1410], "locked_mem_mhz": None}
+    backend.restore()
+
+
+def test_a_mode_switch_leaves_the_lock_of_a_job_we_delegated_to_alone(tmp_path: Path) -> None:
+    parent, child, fake = _parent_and_child(tmp_path)
+    parent.apply(Settings(power_limit_w=600.0))
+    parent.delegate_control(sm_clock=True)
+    child.clock_control().set_locked_sm_clock_mhz(1410, 1410)
+    parent.apply(Settings(power_limit_w=500.0))  # the flow switches mode; the job's executor owns the lock
+    assert _gpu_settings(fake)[0]["locked_sm_mhz"] == [1410, 1410]
+    parent.apply(Settings(power_limit_w=600.0, sm_clock_mhz=(1200, 1200)))
+    parent.apply(Settings(power_limit_w=600.0))  # undoes the flow's own lock, keeps the delegation journalled
+    (entry,) = parent.journal.entries()
+    assert SM_LOCK in entry.touched
+    child.clock_control().set_locked_sm_clock_mhz(1410, 1410)
+    parent.restore()
+    assert _gpu_settings(fake)[0] == {"power_limit_mw": 700_000, "locked_sm_mhz": None, "locked_mem_mhz": None}
