@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 from backends.base import Backend
 from backends.errors import BackendError, NoDevice, NoPermission, Unsupported
-from backends.journal import Journal, JournalEntry
+from backends.journal import Journal, JournalEntry, JournalError
 from backends.nvidia._nvml import READ_ONLY_ENV, Nvml, load_nvml_module
 from backends.nvidia.devices import Device, discover
 from backends.nvidia.meter import NvidiaMeter, PowerSampler, RaplReader
@@ -325,12 +325,32 @@ class NvidiaBackend(Backend):
                 self.journal.remove(key)
         self._prior = {}
 
+    def _delegation_released(self, device: Device) -> bool:
+        """True when this job's GPU was delegated but the delegating process has since restored it
+        (its journal entry is gone or no longer its own): a change now would have no journal."""
+        if device.key not in self._delegated:
+            return False
+        try:
+            held = self.journal.read(device.key)
+        except JournalError:
+            return True
+        return held is None or held.owner.pid != self._delegate_pid()
+
+    def _released_error(self, device: Device, what: str) -> NoPermission:
+        return NoPermission(f"GPU {device.index}: gridshift pid {self._delegate_pid()}, which delegated control to "
+                            f"this job, has restored the GPU and released it; not changing {what}",
+                            action=f"change {what}", gpu_index=device.index)
+
     def _touch(self, device: Device, what: str) -> None:
         entry = self._prior[device.key]
         covered = self._delegated.get(device.key)
         if covered is not None and what not in covered:
             raise NoPermission(f"GPU {device.index}: the gridshift process that started this job journalled "
                                f"{', '.join(covered)} only, not {what}", action=f"change {what}", gpu_index=device.index)
+        if covered is not None and self._delegation_released(device):
+            # e.g. the flow restored on SIGTERM while this job still runs: its journal, which covered
+            # our changes, is gone, so a change now could outlive both processes unrecorded
+            raise self._released_error(device, what)
         if what not in entry.touched:
             entry = JournalEntry(uuid=entry.uuid, index=entry.index, name=entry.name, owner=entry.owner,
                                  prior=entry.prior, touched=entry.touched + (what,), written_at=entry.written_at)
@@ -394,6 +414,9 @@ class NvidiaBackend(Backend):
             return
         self._touch(d, POWER)
         lib.set_power_limit_mw(d.handle, target_mw, d.index)
+        if self._delegation_released(d):  # released between the check in _touch and the write: undo it
+            lib.set_power_limit_mw(d.handle, current_mw, d.index)
+            raise self._released_error(d, POWER)
         self._power_set_from_mw.setdefault(d.key, current_mw)
         changed.append("power_limit_w")
 
@@ -422,6 +445,10 @@ class NvidiaBackend(Backend):
             if first_lock:  # refused, so nothing is locked: a restore must not try (and fail) to unlock
                 self._untouch(d, SM_LOCK)
             raise
+        if self._delegation_released(d):  # released between the check in _touch and the write: undo it
+            lib.reset_gpu_locked_clocks(d.handle, d.index)
+            self._locked_sm.pop(d.key, None)
+            raise self._released_error(d, SM_LOCK)
         self._locked_sm[d.key] = (lo, hi)
         changed.append("sm_clock_mhz")
 

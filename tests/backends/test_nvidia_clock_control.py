@@ -243,3 +243,71 @@ def test_a_mode_switch_leaves_the_lock_of_a_job_we_delegated_to_alone(tmp_path: 
     child.clock_control().set_locked_sm_clock_mhz(1410, 1410)
     parent.restore()
     assert _gpu_settings(fake)[0] == {"power_limit_mw": 700_000, "locked_sm_mhz": None, "locked_mem_mhz": None}
+
+
+# -- the delegating process restores (SIGTERM) while the job still runs ---------------------------
+def test_signal_restore_while_delegated_job_still_locks_clocks(tmp_path: Path) -> None:
+    """Review repro: after the flow's signal handler restored and deleted its journal, the job's
+    executor locked the SM clock again (its changes were "covered" by a journal now gone): clocks
+    locked at 1200 MHz with an empty journal directory."""
+    from backends.journal import Journal
+    from backends.nvidia import NvidiaBackend
+    from tests.backends.nvidia_helpers import privileged
+
+    parent, fake, clock = make_backend(tmp_path)
+    parent.apply(Settings(power_limit_w=700.0))
+    env = parent.delegate_control(sm_clock=True)
+    assert env
+    child = NvidiaBackend(nvml=fake, clock=clock, env=env, privilege=privileged, rapl_root=None,
+                          journal=Journal(tmp_path / "journal"))
+    child.lock_sm_clock_mhz(900, 900)
+    parent.restore()  # the flow's SIGTERM handler, while the job still runs
+    with pytest.raises(Exception, match="released it"):
+        child.lock_sm_clock_mhz(1200, 1200)  # the executor's next phase switch before the kill lands
+    assert _gpu_settings(fake)[0]["locked_sm_mhz"] is None
+    assert list((tmp_path / "journal").glob("*.json")) == []
+
+
+def test_a_released_delegation_stops_the_executor_counting_errors(tmp_path: Path) -> None:
+    parent, child, fake = _parent_and_child(tmp_path)
+    found = _gpu_settings(fake)
+    parent.delegate_control(power=True, sm_clock=True)
+    with PlanExecutor(_plan([1980, 1410, 1200]), child.clock_control(), min_interval_s=0.0) as ex:
+        ex.on_phase(PHASES[0])
+        ex.flush()
+        parent.restore()
+        for ph in PHASES[1:]:
+            ex.on_phase(ph)
+            ex.flush()
+        applied = child.apply(Settings(power_limit_w=500.0))  # a PowerLimitCallback step: refused, not crashed
+    assert ex.stats.errors == 2 and "released it" in ex.stats.last_error
+    assert any("released it" in s for s in applied.skipped)
+    assert _gpu_settings(fake) == found and parent.journal.entries() == []
+
+
+class ReleasingNvml(FakeNvml):
+    """The delegating process restores and deletes its journal while the job's lock is on its way."""
+
+    release: Any = None
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle: Any, minGpuClockMHz: int, maxGpuClockMHz: int) -> None:
+        if self.release is not None:
+            self.release()
+        super().nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz)
+
+
+def test_a_delegation_released_during_the_write_is_undone(tmp_path: Path) -> None:
+    from backends.journal import Journal
+    from backends.nvidia.backend import DELEGATE_ENV
+
+    fake = ReleasingNvml()
+    parent, _, clock = make_backend(tmp_path, fake=fake)
+    env = parent.delegate_control(sm_clock=True)
+    assert env == {DELEGATE_ENV: str(__import__("os").getpid())}
+    child, _, _ = make_backend(tmp_path, fake=fake, clock=clock, env=env, journal=Journal(tmp_path / "journal"))
+    child.capabilities()
+    fake.release = parent.restore
+    with pytest.raises(Exception, match="released it"):
+        child.lock_sm_clock_mhz(1410, 1410)
+    assert _gpu_settings(fake)[0]["locked_sm_mhz"] is None
+    assert list((tmp_path / "journal").glob("*.json")) == []
