@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from typing import Any, Callable, ClassVar, Mapping
 
 from backends.base import Backend
 from backends.errors import BackendError, NoDevice, NoPermission, Unsupported
-from backends.journal import Journal, JournalEntry, JournalError
+from backends.journal import Journal, JournalEntry, JournalError, JournalWarning
 from backends.nvidia._nvml import READ_ONLY_ENV, Nvml, load_nvml_module
 from backends.nvidia.devices import Device, discover
 from backends.nvidia.meter import NvidiaMeter, PowerSampler, RaplReader
@@ -141,12 +142,24 @@ class NvidiaBackend(Backend):
             return None
 
     def _foreign_owner(self, device: Device) -> JournalEntry | None:
-        entry = self.journal.read(device.key)
+        try:
+            entry = self.journal.read(device.key)
+        except JournalError:
+            return None  # reported (and control refused) by _unreadable_journal
         if entry is None or entry.owner.pid == os.getpid():
             return None
         if entry.owner.pid == self._delegate_pid() and entry.touched:
             return None  # our parent holds the GPU and handed us what its journal covers
         return entry if entry.owner.is_alive() else None
+
+    def _unreadable_journal(self, device: Device) -> str | None:
+        """Why this GPU's journal file cannot be read, or None. Such a GPU stays measure-only: the file
+        may hold the only record of settings a dead process left, so it is kept, never overwritten."""
+        try:
+            self.journal.read(device.key)
+        except JournalError as exc:
+            return str(exc)
+        return None
 
     def capabilities(self) -> Capabilities:
         lib = self._open()
@@ -184,6 +197,15 @@ class NvidiaBackend(Backend):
             if owner is not None:
                 allowed = False
                 notes.append(f"GPU {d.index} is controlled by gridshift pid {owner.owner.pid}")
+            problem = self._unreadable_journal(d)
+            if problem is not None:
+                allowed = False
+                notes.append(f"GPU {d.index} measure-only: {problem} (kept; fix or remove it, then "
+                             "`gridshift gpu restore`)")
+        ours = {self.journal.path_for(d.key) for d in self._devices}
+        for path, problem in self.journal.unreadable():
+            if path not in ours:
+                notes.append(f"ignored: {problem} (not a GPU here; kept)")
         names = {d.name for d in self._devices}
         if len(names) > 1:
             notes.append("mixed GPU models: ranges shown are GPU " + str(first.index) + "'s")
@@ -256,7 +278,8 @@ class NvidiaBackend(Backend):
             rows.append(row)
         priv = self.privilege()
         journal = []
-        for e in self.journal.entries():
+        good, bad = self.journal.scan()
+        for e in good:
             journal.append({**e.to_json(), "owner_alive": e.owner.is_alive()})
         try:
             driver = lib.driver_version()
@@ -268,7 +291,8 @@ class NvidiaBackend(Backend):
             "devices": rows,
             "capabilities": caps.to_json(),
             "permissions": {"can_control": caps.can_control, "privileged": priv.allowed, "note": caps.control_note},
-            "journal": {"directory": str(self.journal.directory), "entries": journal},
+            "journal": {"directory": str(self.journal.directory), "entries": journal,
+                        "unreadable": [{"path": str(path), "error": problem} for path, problem in bad]},
         }
 
     # -- write path ------------------------------------------------------------------------------
@@ -289,6 +313,10 @@ class NvidiaBackend(Backend):
             owner = self._foreign_owner(d)
             if owner is not None:
                 raise NoPermission(f"GPU {d.index} ({d.uuid}) is under the control of gridshift pid {owner.owner.pid}",
+                                   action="record prior settings", gpu_index=d.index)
+            problem = self._unreadable_journal(d)
+            if problem is not None:
+                raise NoPermission(f"GPU {d.index} ({d.uuid}): {problem}; measure-only until it is fixed or removed",
                                    action="record prior settings", gpu_index=d.index)
         self._prior = {}
         self._delegated = {}
@@ -573,7 +601,12 @@ class NvidiaBackend(Backend):
         """Replay journals left by dead gridshift processes on this host; one line per GPU."""
         lib = self._lib if self._lib is not None else self._open()
         lines: list[str] = []
-        for entry in self.journal.entries():
+        entries, unreadable = self.journal.scan()
+        for path, problem in unreadable:  # skipped, kept on disk; the other GPUs still recover
+            lines.append(f"skipped {path}: {problem}; file kept, its GPU stays measure-only")
+            warnings.warn(f"skipping GPU settings journal file {path} (kept on disk): {problem}", JournalWarning,
+                          stacklevel=2)
+        for entry in entries:
             if entry.owner.pid == os.getpid() and entry.owner.is_alive():
                 continue
             if entry.owner.is_alive():
