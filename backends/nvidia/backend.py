@@ -427,6 +427,9 @@ class NvidiaBackend(Backend):
             # job we delegated to is the job's, and a later mode's explicit limit overrides it)
             found_mw = self._power_set_from_mw.get(d.key)
             if found_mw is not None:
+                if self._delegation_released(d):  # the delegating process restored the true prior already
+                    del self._power_set_from_mw[d.key]
+                    return
                 if lib.power_limit_mw(d.handle, d.index) != found_mw:
                     lib.set_power_limit_mw(d.handle, found_mw, d.index)
                     changed.append("power_limit_w")
@@ -582,6 +585,12 @@ class NvidiaBackend(Backend):
             entry = self._prior.get(d.key)
             if entry is None:
                 continue
+            if POWER in entry.touched and self._delegation_released(d):
+                # the delegating process already put back the true prior; "our" prior (its mode's
+                # limit) would now be an unjournalled change. Lock resets are always safe.
+                entry = JournalEntry(uuid=entry.uuid, index=entry.index, name=entry.name, owner=entry.owner,
+                                     prior=entry.prior, touched=tuple(t for t in entry.touched if t != POWER),
+                                     written_at=entry.written_at)
             try:
                 _restore_entry(lib, d.handle, entry)
             except BackendError as exc:

@@ -311,3 +311,18 @@ def test_a_delegation_released_during_the_write_is_undone(tmp_path: Path) -> Non
         child.lock_sm_clock_mhz(1410, 1410)
     assert _gpu_settings(fake)[0]["locked_sm_mhz"] is None
     assert list((tmp_path / "journal").glob("*.json")) == []
+
+
+def test_a_job_does_not_undo_the_delegating_restore_with_its_own_prior(tmp_path: Path) -> None:
+    """The job found the flow's 600 W; once the flow has put back the true 700 W and released the
+    GPU, the job's restore (or a mode without a limit) must not write 600 W with no journal."""
+    parent, child, fake = _parent_and_child(tmp_path)
+    parent.apply(Settings(power_limit_w=600.0))
+    parent.delegate_control(power=True, sm_clock=True)
+    child.apply(Settings(power_limit_w=500.0, sm_clock_mhz=(1410, 1410)))
+    parent.restore()
+    assert _gpu_settings(fake)[0]["power_limit_mw"] == 700_000
+    child.apply(Settings())
+    child.restore()
+    assert _gpu_settings(fake)[0] == {"power_limit_mw": 700_000, "locked_sm_mhz": None, "locked_mem_mhz": None}
+    assert parent.journal.entries() == []
