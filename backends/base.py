@@ -6,6 +6,12 @@ the underscored hooks.
 - ``capabilities()`` never changes anything.
 - ``apply(settings)`` records the settings found *before the first change* and only then calls
   ``_apply``; applying the same settings twice changes nothing.
+- ``apply(settings)`` sets the hardware to "as found, overridden by ``settings``": a ``None`` field
+  means *as found before the first apply*, not "leave whatever the last apply set". Switching from
+  a mode that locked clocks or capped power to one that leaves them ``None`` undoes that lock (and
+  drops it from the journal) or puts the found power limit back, so a switch to a faster mode
+  really speeds the GPU up. Changes made by someone else (e.g. a job this backend delegated control
+  to) are not this backend's to undo on ``apply``; ``restore`` still does.
 - ``restore()`` puts back exactly what was recorded (not "max"), and is idempotent.
 - ``meter()`` returns an :class:`EnergyMeter` over the backend's energy counter.
 - Used as a context manager, a backend restores on exit, whatever happened inside.

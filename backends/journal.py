@@ -18,6 +18,10 @@ Format (``version`` 1)::
 ``prior.power_limit_mw`` and resets locked clocks that gridshift locked (NVML has no getter for
 locked clocks, so "reset" is the prior state gridshift can vouch for; see docs/nvidia.md). A newer
 ``version`` is refused with a message naming both numbers.
+
+A file that cannot be read (corrupt, truncated, a newer format) is *skipped* by ``entries()`` with
+a :class:`JournalWarning`, left on disk, and listed by ``unreadable()``: one bad file must not stop
+the other GPUs from recovering. The NVIDIA backend keeps the GPU it names measure-only.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,13 +37,18 @@ from typing import Any, Callable
 
 from backends.errors import BackendError
 
-__all__ = ["JOURNAL_VERSION", "Journal", "JournalEntry", "Owner", "JournalError", "default_journal_dir"]
+__all__ = ["JOURNAL_VERSION", "Journal", "JournalEntry", "Owner", "JournalError", "JournalWarning",
+           "default_journal_dir"]
 
 JOURNAL_VERSION = 1
 
 
 class JournalError(BackendError):
     """The journal cannot be read or written (corrupt file, newer format, unwritable directory)."""
+
+
+class JournalWarning(UserWarning):
+    """A journal file was skipped because it cannot be read; it stays on disk."""
 
 
 def default_journal_dir() -> Path:
@@ -120,6 +130,8 @@ class JournalEntry:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], source: str = "journal") -> "JournalEntry":
+        if not isinstance(data, dict):
+            raise JournalError(f"{source}: malformed journal entry (not a JSON object)")
         version = data.get("version")
         if not isinstance(version, int) or version > JOURNAL_VERSION:
             raise JournalError(f"{source}: journal version {version!r} is newer than this gridshift reads "
@@ -190,14 +202,34 @@ class Journal:
     def _load(self, path: Path) -> JournalEntry:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: bad JSON, or bytes that are not UTF-8
             raise JournalError(f"{path}: unreadable journal ({exc})") from None
         return JournalEntry.from_json(data, source=str(path))
 
-    def entries(self) -> list[JournalEntry]:
+    def scan(self) -> tuple[list[JournalEntry], list[tuple[Path, str]]]:
+        """Every readable entry, and ``(path, reason)`` for each file that cannot be read."""
+        good: list[JournalEntry] = []
+        bad: list[tuple[Path, str]] = []
         if not self.directory.is_dir():
-            return []
-        return [self._load(p) for p in sorted(self.directory.glob("*.json"))]
+            return good, bad
+        for path in sorted(self.directory.glob("*.json")):
+            try:
+                good.append(self._load(path))
+            except JournalError as exc:
+                bad.append((path, str(exc)))
+        return good, bad
+
+    def entries(self) -> list[JournalEntry]:
+        """The readable entries; an unreadable file is skipped with a :class:`JournalWarning` (and kept)."""
+        good, bad = self.scan()
+        for path, reason in bad:
+            warnings.warn(f"skipping GPU settings journal file {path} (kept on disk): {reason}", JournalWarning,
+                          stacklevel=2)
+        return good
+
+    def unreadable(self) -> list[tuple[Path, str]]:
+        """``(path, reason)`` for each journal file that cannot be read (corrupt or a newer format)."""
+        return self.scan()[1]
 
     def remove(self, uuid: str) -> None:
         try:

@@ -92,21 +92,31 @@ class SimulatedBackend(Backend):
         self._advance()
         changed: list[str] = []
         skipped: list[str] = []
-        new = self._settings
+        current = self._settings
+        found = self._prior if self._prior is not None else current
+        # "as found, overridden by settings": a field left None goes back to what was found before the
+        # first apply; a refused (out-of-range) request leaves what is in force now
+        power_w = found.power_limit_w
         if settings.power_limit_w is not None:
             lo, hi = self.spec.power_min_w, self.spec.power_max_w
-            if not lo <= settings.power_limit_w <= hi:
+            if lo <= settings.power_limit_w <= hi:
+                power_w = settings.power_limit_w
+            else:
                 skipped.append(f"power limit {settings.power_limit_w:.0f} W outside {lo:.0f}-{hi:.0f} W")
-            elif settings.power_limit_w != new.power_limit_w:
-                new = Settings(**{**new.__dict__, "power_limit_w": settings.power_limit_w})
-                changed.append("power_limit_w")
-        if settings.sm_clock_mhz is not None and settings.sm_clock_mhz != new.sm_clock_mhz:
+                power_w = current.power_limit_w
+        sm_mhz = found.sm_clock_mhz
+        if settings.sm_clock_mhz is not None:
             lo_c, hi_c = settings.sm_clock_mhz
             if lo_c > hi_c or hi_c > self.spec.f0_mhz or lo_c < min(self.spec.sm_clocks_mhz):
                 skipped.append(f"SM clock range {lo_c}-{hi_c} MHz not supported")
+                sm_mhz = current.sm_clock_mhz
             else:
-                new = Settings(**{**new.__dict__, "sm_clock_mhz": settings.sm_clock_mhz})
-                changed.append("sm_clock_mhz")
+                sm_mhz = settings.sm_clock_mhz
+        if power_w != current.power_limit_w:
+            changed.append("power_limit_w")
+        if sm_mhz != current.sm_clock_mhz:
+            changed.append("sm_clock_mhz")
+        new = Settings(power_limit_w=power_w, sm_clock_mhz=sm_mhz, mem_clock_mhz=found.mem_clock_mhz)
         if settings.mem_clock_mhz is not None:
             skipped.append("memory clock locks are not supported on HBM data-centre GPUs")
         # batch size and clock plans are not hardware state; they ride along for the job

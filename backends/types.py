@@ -11,7 +11,8 @@ __all__ = ["Settings", "DeviceInfo", "Capabilities", "Applied", "EnergyWindow"]
 
 @dataclass(frozen=True)
 class Settings:
-    """What a mode asks of the hardware. ``None`` means "leave as found".
+    """What a mode asks of the hardware. ``None`` means "as found before the first apply"
+    (see :class:`backends.base.Backend`), not "keep what the previous mode set".
 
     ``power_limit_w`` is absolute here: the scheduler resolves fractions against the device range
     before calling ``apply``. ``batch_size`` is not a hardware setting; backends pass it through so

@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from typing import Any, Callable, ClassVar, Mapping
 
 from backends.base import Backend
 from backends.errors import BackendError, NoDevice, NoPermission, Unsupported
-from backends.journal import Journal, JournalEntry
+from backends.journal import Journal, JournalEntry, JournalError, JournalWarning
 from backends.nvidia._nvml import READ_ONLY_ENV, Nvml, load_nvml_module
 from backends.nvidia.devices import Device, discover
 from backends.nvidia.meter import NvidiaMeter, PowerSampler, RaplReader
@@ -80,11 +81,15 @@ class NvidiaBackend(Backend):
         self._prior: dict[str, JournalEntry] = {}
         self._locked_sm: dict[str, tuple[int, int]] = {}
         self._locked_mem: dict[str, int] = {}
+        # GPU key -> the power limit (mW) this backend found before its own first change to it, for
+        # a later mode that leaves the limit unset ("as found"); only limits this backend set itself
+        self._power_set_from_mw: dict[str, int] = {}
         self.recovered: list[str] = []
         # apply/restore (training thread, signal handler) and clock switches (executor worker thread)
         # share the journal entries and the lock bookkeeping; re-entrant for restore inside a handler
         self._clock_lock = threading.RLock()
         self._delegated: dict[str, tuple[str, ...]] = {}  # GPU key -> kinds the delegating journal covers
+        self._delegated_out: dict[str, set[str]] = {}  # GPU key -> kinds we handed to a job (delegate_control)
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -137,12 +142,24 @@ class NvidiaBackend(Backend):
             return None
 
     def _foreign_owner(self, device: Device) -> JournalEntry | None:
-        entry = self.journal.read(device.key)
+        try:
+            entry = self.journal.read(device.key)
+        except JournalError:
+            return None  # reported (and control refused) by _unreadable_journal
         if entry is None or entry.owner.pid == os.getpid():
             return None
         if entry.owner.pid == self._delegate_pid() and entry.touched:
             return None  # our parent holds the GPU and handed us what its journal covers
         return entry if entry.owner.is_alive() else None
+
+    def _unreadable_journal(self, device: Device) -> str | None:
+        """Why this GPU's journal file cannot be read, or None. Such a GPU stays measure-only: the file
+        may hold the only record of settings a dead process left, so it is kept, never overwritten."""
+        try:
+            self.journal.read(device.key)
+        except JournalError as exc:
+            return str(exc)
+        return None
 
     def capabilities(self) -> Capabilities:
         lib = self._open()
@@ -180,6 +197,15 @@ class NvidiaBackend(Backend):
             if owner is not None:
                 allowed = False
                 notes.append(f"GPU {d.index} is controlled by gridshift pid {owner.owner.pid}")
+            problem = self._unreadable_journal(d)
+            if problem is not None:
+                allowed = False
+                notes.append(f"GPU {d.index} measure-only: {problem} (kept; fix or remove it, then "
+                             "`gridshift gpu restore`)")
+        ours = {self.journal.path_for(d.key) for d in self._devices}
+        for path, problem in self.journal.unreadable():
+            if path not in ours:
+                notes.append(f"ignored: {problem} (not a GPU here; kept)")
         names = {d.name for d in self._devices}
         if len(names) > 1:
             notes.append("mixed GPU models: ranges shown are GPU " + str(first.index) + "'s")
@@ -252,7 +278,8 @@ class NvidiaBackend(Backend):
             rows.append(row)
         priv = self.privilege()
         journal = []
-        for e in self.journal.entries():
+        good, bad = self.journal.scan()
+        for e in good:
             journal.append({**e.to_json(), "owner_alive": e.owner.is_alive()})
         try:
             driver = lib.driver_version()
@@ -264,7 +291,8 @@ class NvidiaBackend(Backend):
             "devices": rows,
             "capabilities": caps.to_json(),
             "permissions": {"can_control": caps.can_control, "privileged": priv.allowed, "note": caps.control_note},
-            "journal": {"directory": str(self.journal.directory), "entries": journal},
+            "journal": {"directory": str(self.journal.directory), "entries": journal,
+                        "unreadable": [{"path": str(path), "error": problem} for path, problem in bad]},
         }
 
     # -- write path ------------------------------------------------------------------------------
@@ -286,8 +314,14 @@ class NvidiaBackend(Backend):
             if owner is not None:
                 raise NoPermission(f"GPU {d.index} ({d.uuid}) is under the control of gridshift pid {owner.owner.pid}",
                                    action="record prior settings", gpu_index=d.index)
+            problem = self._unreadable_journal(d)
+            if problem is not None:
+                raise NoPermission(f"GPU {d.index} ({d.uuid}): {problem}; measure-only until it is fixed or removed",
+                                   action="record prior settings", gpu_index=d.index)
         self._prior = {}
         self._delegated = {}
+        self._delegated_out = {}
+        self._power_set_from_mw = {}
         delegate = self._delegate_pid()
         for d in self._controllable():
             prior = {"power_limit_mw": lib.power_limit_mw(d.handle, d.index)}
@@ -319,12 +353,32 @@ class NvidiaBackend(Backend):
                 self.journal.remove(key)
         self._prior = {}
 
+    def _delegation_released(self, device: Device) -> bool:
+        """True when this job's GPU was delegated but the delegating process has since restored it
+        (its journal entry is gone or no longer its own): a change now would have no journal."""
+        if device.key not in self._delegated:
+            return False
+        try:
+            held = self.journal.read(device.key)
+        except JournalError:
+            return True
+        return held is None or held.owner.pid != self._delegate_pid()
+
+    def _released_error(self, device: Device, what: str) -> NoPermission:
+        return NoPermission(f"GPU {device.index}: gridshift pid {self._delegate_pid()}, which delegated control to "
+                            f"this job, has restored the GPU and released it; not changing {what}",
+                            action=f"change {what}", gpu_index=device.index)
+
     def _touch(self, device: Device, what: str) -> None:
         entry = self._prior[device.key]
         covered = self._delegated.get(device.key)
         if covered is not None and what not in covered:
             raise NoPermission(f"GPU {device.index}: the gridshift process that started this job journalled "
                                f"{', '.join(covered)} only, not {what}", action=f"change {what}", gpu_index=device.index)
+        if covered is not None and self._delegation_released(device):
+            # e.g. the flow restored on SIGTERM while this job still runs: its journal, which covered
+            # our changes, is gone, so a change now could outlive both processes unrecorded
+            raise self._released_error(device, what)
         if what not in entry.touched:
             entry = JournalEntry(uuid=entry.uuid, index=entry.index, name=entry.name, owner=entry.owner,
                                  prior=entry.prior, touched=entry.touched + (what,), written_at=entry.written_at)
@@ -334,6 +388,8 @@ class NvidiaBackend(Backend):
 
     def _untouch(self, device: Device, what: str) -> None:
         entry = self._prior[device.key]
+        if what in self._delegated_out.get(device.key, ()):
+            return  # the job we delegated it to may have changed it too: our restore must still undo it
         if what in entry.touched:
             entry = JournalEntry(uuid=entry.uuid, index=entry.index, name=entry.name, owner=entry.owner,
                                  prior=entry.prior, touched=tuple(t for t in entry.touched if t != what),
@@ -367,20 +423,42 @@ class NvidiaBackend(Backend):
 
     def _apply_power(self, lib: Nvml, d: Device, s: Settings, changed: list[str], skipped: list[str]) -> None:
         if s.power_limit_w is None:
+            # "as found": put back the limit found before this backend changed it (a limit set by a
+            # job we delegated to is the job's, and a later mode's explicit limit overrides it)
+            found_mw = self._power_set_from_mw.get(d.key)
+            if found_mw is not None:
+                if self._delegation_released(d):  # the delegating process restored the true prior already
+                    del self._power_set_from_mw[d.key]
+                    return
+                if lib.power_limit_mw(d.handle, d.index) != found_mw:
+                    lib.set_power_limit_mw(d.handle, found_mw, d.index)
+                    changed.append("power_limit_w")
+                del self._power_set_from_mw[d.key]
             return
         target_mw = int(round(s.power_limit_w * 1000))
         lo_mw, hi_mw = lib.power_limit_constraints_mw(d.handle, d.index)
         if not lo_mw <= target_mw <= hi_mw:
             skipped.append(f"power limit {s.power_limit_w:.0f} W outside {lo_mw / 1000:.0f}-{hi_mw / 1000:.0f} W")
             return
-        if lib.power_limit_mw(d.handle, d.index) == target_mw:  # read before writing; no-op writes skipped
+        current_mw = lib.power_limit_mw(d.handle, d.index)
+        if current_mw == target_mw:  # read before writing; no-op writes skipped
             return
         self._touch(d, POWER)
         lib.set_power_limit_mw(d.handle, target_mw, d.index)
+        if self._delegation_released(d):  # released between the check in _touch and the write: undo it
+            lib.set_power_limit_mw(d.handle, current_mw, d.index)
+            raise self._released_error(d, POWER)
+        self._power_set_from_mw.setdefault(d.key, current_mw)
         changed.append("power_limit_w")
 
     def _apply_sm(self, lib: Nvml, d: Device, s: Settings, changed: list[str], skipped: list[str]) -> None:
         if s.sm_clock_mhz is None:
+            # "as found": undo our own lock; a lock made by a job we delegated to is left to the job
+            if d.key in self._locked_sm:
+                lib.reset_gpu_locked_clocks(d.handle, d.index)
+                del self._locked_sm[d.key]
+                self._untouch(d, SM_LOCK)
+                changed.append("sm_clock_mhz")
             return
         lo, hi = s.sm_clock_mhz
         mem = max(lib.supported_memory_clocks_mhz(d.handle, d.index))
@@ -398,11 +476,20 @@ class NvidiaBackend(Backend):
             if first_lock:  # refused, so nothing is locked: a restore must not try (and fail) to unlock
                 self._untouch(d, SM_LOCK)
             raise
+        if self._delegation_released(d):  # released between the check in _touch and the write: undo it
+            lib.reset_gpu_locked_clocks(d.handle, d.index)
+            self._locked_sm.pop(d.key, None)
+            raise self._released_error(d, SM_LOCK)
         self._locked_sm[d.key] = (lo, hi)
         changed.append("sm_clock_mhz")
 
     def _apply_mem(self, lib: Nvml, d: Device, s: Settings, changed: list[str], skipped: list[str]) -> None:
         if s.mem_clock_mhz is None:
+            if d.key in self._locked_mem:  # "as found": undo our own lock
+                lib.reset_memory_locked_clocks(d.handle, d.index)
+                del self._locked_mem[d.key]
+                self._untouch(d, MEM_LOCK)
+                changed.append("mem_clock_mhz")
             return
         m = s.mem_clock_mhz
         supported = lib.supported_memory_clocks_mhz(d.handle, d.index)
@@ -441,6 +528,7 @@ class NvidiaBackend(Backend):
         for d in devices:
             for what in kinds:
                 self._touch(d, what)
+                self._delegated_out.setdefault(d.key, set()).add(what)
         return {DELEGATE_ENV: str(os.getpid())}
 
     # -- clock control for the DVFS executor ------------------------------------------------------
@@ -497,6 +585,12 @@ class NvidiaBackend(Backend):
             entry = self._prior.get(d.key)
             if entry is None:
                 continue
+            if POWER in entry.touched and self._delegation_released(d):
+                # the delegating process already put back the true prior; "our" prior (its mode's
+                # limit) would now be an unjournalled change. Lock resets are always safe.
+                entry = JournalEntry(uuid=entry.uuid, index=entry.index, name=entry.name, owner=entry.owner,
+                                     prior=entry.prior, touched=tuple(t for t in entry.touched if t != POWER),
+                                     written_at=entry.written_at)
             try:
                 _restore_entry(lib, d.handle, entry)
             except BackendError as exc:
@@ -506,6 +600,8 @@ class NvidiaBackend(Backend):
                 self.journal.remove(d.key)  # a delegating process's journal stays: it restores the true prior
             self._locked_sm.pop(d.key, None)
             self._locked_mem.pop(d.key, None)
+            self._power_set_from_mw.pop(d.key, None)
+            self._delegated_out.pop(d.key, None)
             del self._prior[d.key]  # failed GPUs stay recorded (and journalled) for the next attempt
         if errors:
             raise errors[0]
@@ -514,7 +610,12 @@ class NvidiaBackend(Backend):
         """Replay journals left by dead gridshift processes on this host; one line per GPU."""
         lib = self._lib if self._lib is not None else self._open()
         lines: list[str] = []
-        for entry in self.journal.entries():
+        entries, unreadable = self.journal.scan()
+        for path, problem in unreadable:  # skipped, kept on disk; the other GPUs still recover
+            lines.append(f"skipped {path}: {problem}; file kept, its GPU stays measure-only")
+            warnings.warn(f"skipping GPU settings journal file {path} (kept on disk): {problem}", JournalWarning,
+                          stacklevel=2)
+        for entry in entries:
             if entry.owner.pid == os.getpid() and entry.owner.is_alive():
                 continue
             if entry.owner.is_alive():

@@ -68,6 +68,27 @@ def test_prior_is_recorded_once_across_several_applies(subject) -> None:
     assert hardware() == before
 
 
+def test_a_none_field_means_as_found_not_as_last_applied(subject) -> None:
+    """Review repro: apply(400 W, SM locked) then apply(700 W) left the SM clock locked, so the
+    deadline guard's switch back to a fast mode did not speed anything up."""
+    backend, hardware, _ = subject
+    before = hardware()
+    backend.apply(Settings(power_limit_w=400, sm_clock_mhz=(1200, 1200)))
+    applied = backend.apply(Settings(power_limit_w=700))
+    assert applied.in_force.sm_clock_mhz is None
+    assert "sm_clock_mhz" in applied.changed
+    assert hardware() == Settings(power_limit_w=700, sm_clock_mhz=before.sm_clock_mhz)
+    # and a mode that leaves the power limit unset puts back the limit found before the first apply
+    backend.apply(Settings(power_limit_w=350))
+    applied = backend.apply(Settings(sm_clock_mhz=(1200, 1200)))
+    assert applied.in_force.power_limit_w == before.power_limit_w
+    assert hardware() == Settings(power_limit_w=before.power_limit_w, sm_clock_mhz=(1200, 1200))
+    applied = backend.apply(Settings())
+    assert hardware() == before and applied.in_force.sm_clock_mhz is None
+    backend.restore()
+    assert hardware() == before
+
+
 def test_context_manager_restores_on_exception(subject) -> None:
     backend, hardware, _ = subject
     before = hardware()

@@ -96,6 +96,23 @@ def test_sigkill_then_gpu_restore_brings_back_exact_values(fake_env: dict[str, s
     assert again.returncode == 0 and "nothing to restore" in again.stdout
 
 
+def test_a_corrupt_journal_file_does_not_stop_gpu_restore(fake_env: dict[str, str]) -> None:
+    """Review repro: ``{`` in GPU-other.json made ``gridshift gpu restore`` (and every run) exit 1."""
+    proc = _start_child(fake_env)
+    proc.kill()
+    proc.wait()
+    bad = Path(fake_env["GRIDSHIFT_HOME"]) / "gpu-journal" / "GPU-other.json"
+    bad.write_text("{")
+    result = _gridshift(fake_env, "gpu", "restore")
+    assert result.returncode == 0, result.stderr
+    assert "300 W -> 450 W" in result.stdout and "GPU-other.json" in result.stdout + result.stderr
+    assert [g["power_limit_mw"] for g in _state(fake_env)["gpus"]] == [450_000, 700_000]
+    assert _journal_files(fake_env) == [bad]
+    status = _gridshift(fake_env, "gpu", "status")
+    assert status.returncode == 0, status.stderr
+    assert "GPU-other.json" in status.stdout
+
+
 def test_sigkill_then_next_start_restores(fake_env: dict[str, str]) -> None:
     proc = _start_child(fake_env)
     proc.kill()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.errors import NoPermission
-from backends.journal import JOURNAL_VERSION, Journal, JournalEntry, JournalError, Owner
+from backends.errors import BackendError, NoPermission
+from backends.journal import JOURNAL_VERSION, Journal, JournalEntry, JournalError, JournalWarning, Owner
 from backends.types import Settings
 from tests.backends.nvidia_helpers import FakeClock, dead_pid, make_backend
 from tests.fakes.fake_nvml import FakeNvml, default_state, h200
@@ -172,7 +172,54 @@ def test_newer_journal_version_is_refused(tmp_path: Path) -> None:
     journal.directory.mkdir()
     (journal.directory / "GPU-x.json").write_text(json.dumps({"version": JOURNAL_VERSION + 1}))
     with pytest.raises(JournalError, match=f"version {JOURNAL_VERSION + 1}.*\\({JOURNAL_VERSION}\\)"):
-        journal.entries()
+        journal.read("GPU-x")
+    with pytest.warns(JournalWarning, match="kept on disk"):
+        assert journal.entries() == []  # skipped, not fatal
+    ((path, reason),) = journal.unreadable()
+    assert path.name == "GPU-x.json" and f"version {JOURNAL_VERSION + 1}" in reason
+
+
+def test_journal_error_is_a_backend_error() -> None:
+    assert issubclass(JournalError, BackendError)
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"version": 1}', f'{{"version": {JOURNAL_VERSION + 1}}}'])
+def test_a_bad_journal_file_for_another_gpu_stops_nothing(tmp_path: Path, text: str) -> None:
+    """Review repro: ``{`` in gpu-journal/GPU-other.json made every run and restore fail."""
+    bad = tmp_path / "journal" / "GPU-other.json"
+    bad.parent.mkdir()
+    bad.write_text(text)
+    state = default_state(gpus=2)
+    ghost = Journal(tmp_path / "journal", owner=lambda: Owner(dead_pid(), None, *_here()))
+    entry = ghost.new_entry(uuid=state["gpus"][1]["uuid"], index=1, name="x", prior={"power_limit_mw": 500_000})
+    ghost.write(JournalEntry(uuid=entry.uuid, index=1, name="x", owner=entry.owner, prior=entry.prior,
+                             touched=("power_limit",)))
+    backend, fake, _ = make_backend(tmp_path, fake=FakeNvml(state=state))
+    with pytest.warns(JournalWarning):
+        caps = backend.capabilities()  # opening replays the dead process's journal for GPU 1
+    assert caps.can_control and "GPU-other.json" in caps.control_note
+    assert any("restored" in line for line in backend.recovered)
+    assert any("skipped" in line and "GPU-other.json" in line for line in backend.recovered)
+    assert _gpu(fake, 1)["power_limit_mw"] == 500_000
+    backend.apply(Settings(power_limit_w=300))
+    backend.restore()
+    assert bad.read_text() == text  # kept on disk, untouched
+    status = backend.status()
+    assert [u["path"] for u in status["journal"]["unreadable"]] == [str(bad)]
+
+
+def test_a_bad_journal_file_for_our_gpu_makes_only_that_gpu_measure_only(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path)
+    bad = backend.journal.path_for(_gpu(fake)["uuid"])
+    bad.parent.mkdir()
+    bad.write_text("{")
+    with pytest.warns(JournalWarning):
+        caps = backend.capabilities()
+    assert not caps.can_control and "GPU 0 measure-only" in caps.control_note
+    assert backend.energy_mj()  # measuring still works
+    with pytest.raises(NoPermission, match="unreadable journal"):
+        backend.apply(Settings(power_limit_w=300))
+    assert fake.state()["calls"] == [] and bad.read_text() == "{"
 
 
 def test_status_is_read_only_and_complete(tmp_path: Path) -> None:

@@ -204,3 +204,125 @@ def test_no_delegation_in_read_only_mode_or_without_privilege(tmp_path: Path, mo
     backend, fake, _ = make_backend(tmp_path)
     monkeypatch.setenv("GRIDSHIFT_NVML_READ_ONLY", "1")
     assert backend.delegate_control(sm_clock=True) == {} and backend.journal.entries() == []
+
+
+# -- a mode that leaves a setting unset means "as found" -----------------------------------------
+def test_switching_to_a_mode_without_a_clock_lock_resets_ours_and_unjournals_it(tmp_path: Path) -> None:
+    """Review repro: apply(400 W, SM 900) then apply(700 W) kept in_force.sm_clock_mhz == (900, 900)."""
+    backend, fake, _ = make_backend(tmp_path)
+    backend.apply(Settings(power_limit_w=400.0, sm_clock_mhz=(900, 900)))
+    applied = backend.apply(Settings(power_limit_w=700.0))
+    assert applied.in_force.sm_clock_mhz is None and _gpu_settings(fake)[0]["locked_sm_mhz"] is None
+    (entry,) = backend.journal.entries()
+    assert SM_LOCK not in entry.touched  # nothing of ours left locked for a crash recovery to undo
+    backend.restore()
+    assert [c[0] for c in _calls(fake)].count("nvmlDeviceResetGpuLockedClocks") == 1  # none again on restore
+
+
+def test_a_mode_without_a_power_limit_puts_back_the_limit_found(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path)
+    backend.apply(Settings(power_limit_w=400.0))
+    backend.apply(Settings(power_limit_w=300.0))
+    applied = backend.apply(Settings(sm_clock_mhz=(1410, 1410)))
+    assert applied.in_force.power_limit_w == 700.0 and "power_limit_w" in applied.changed
+    assert _gpu_settings(fake)[0] == {"power_limit_mw": 700_000, "locked_sm_mhz": [1410, 1410], "locked_mem_mhz": None}
+    backend.restore()
+
+
+def test_a_mode_switch_leaves_the_lock_of_a_job_we_delegated_to_alone(tmp_path: Path) -> None:
+    parent, child, fake = _parent_and_child(tmp_path)
+    parent.apply(Settings(power_limit_w=600.0))
+    parent.delegate_control(sm_clock=True)
+    child.clock_control().set_locked_sm_clock_mhz(1410, 1410)
+    parent.apply(Settings(power_limit_w=500.0))  # the flow switches mode; the job's executor owns the lock
+    assert _gpu_settings(fake)[0]["locked_sm_mhz"] == [1410, 1410]
+    parent.apply(Settings(power_limit_w=600.0, sm_clock_mhz=(1200, 1200)))
+    parent.apply(Settings(power_limit_w=600.0))  # undoes the flow's own lock, keeps the delegation journalled
+    (entry,) = parent.journal.entries()
+    assert SM_LOCK in entry.touched
+    child.clock_control().set_locked_sm_clock_mhz(1410, 1410)
+    parent.restore()
+    assert _gpu_settings(fake)[0] == {"power_limit_mw": 700_000, "locked_sm_mhz": None, "locked_mem_mhz": None}
+
+
+# -- the delegating process restores (SIGTERM) while the job still runs ---------------------------
+def test_signal_restore_while_delegated_job_still_locks_clocks(tmp_path: Path) -> None:
+    """Review repro: after the flow's signal handler restored and deleted its journal, the job's
+    executor locked the SM clock again (its changes were "covered" by a journal now gone): clocks
+    locked at 1200 MHz with an empty journal directory."""
+    from backends.journal import Journal
+    from backends.nvidia import NvidiaBackend
+    from tests.backends.nvidia_helpers import privileged
+
+    parent, fake, clock = make_backend(tmp_path)
+    parent.apply(Settings(power_limit_w=700.0))
+    env = parent.delegate_control(sm_clock=True)
+    assert env
+    child = NvidiaBackend(nvml=fake, clock=clock, env=env, privilege=privileged, rapl_root=None,
+                          journal=Journal(tmp_path / "journal"))
+    child.lock_sm_clock_mhz(900, 900)
+    parent.restore()  # the flow's SIGTERM handler, while the job still runs
+    with pytest.raises(Exception, match="released it"):
+        child.lock_sm_clock_mhz(1200, 1200)  # the executor's next phase switch before the kill lands
+    assert _gpu_settings(fake)[0]["locked_sm_mhz"] is None
+    assert list((tmp_path / "journal").glob("*.json")) == []
+
+
+def test_a_released_delegation_stops_the_executor_counting_errors(tmp_path: Path) -> None:
+    parent, child, fake = _parent_and_child(tmp_path)
+    found = _gpu_settings(fake)
+    parent.delegate_control(power=True, sm_clock=True)
+    with PlanExecutor(_plan([1980, 1410, 1200]), child.clock_control(), min_interval_s=0.0) as ex:
+        ex.on_phase(PHASES[0])
+        ex.flush()
+        parent.restore()
+        for ph in PHASES[1:]:
+            ex.on_phase(ph)
+            ex.flush()
+        applied = child.apply(Settings(power_limit_w=500.0))  # a PowerLimitCallback step: refused, not crashed
+    assert ex.stats.errors == 2 and "released it" in ex.stats.last_error
+    assert any("released it" in s for s in applied.skipped)
+    assert _gpu_settings(fake) == found and parent.journal.entries() == []
+
+
+class ReleasingNvml(FakeNvml):
+    """The delegating process restores and deletes its journal while the job's lock is on its way."""
+
+    release: Any = None
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle: Any, minGpuClockMHz: int, maxGpuClockMHz: int) -> None:
+        if self.release is not None:
+            self.release()
+        super().nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz)
+
+
+def test_a_delegation_released_during_the_write_is_undone(tmp_path: Path) -> None:
+    from backends.journal import Journal
+    from backends.nvidia.backend import DELEGATE_ENV
+
+    fake = ReleasingNvml()
+    parent, _, clock = make_backend(tmp_path, fake=fake)
+    env = parent.delegate_control(sm_clock=True)
+    assert env == {DELEGATE_ENV: str(__import__("os").getpid())}
+    child, _, _ = make_backend(tmp_path, fake=fake, clock=clock, env=env, journal=Journal(tmp_path / "journal"))
+    child.capabilities()
+    fake.release = parent.restore
+    with pytest.raises(Exception, match="released it"):
+        child.lock_sm_clock_mhz(1410, 1410)
+    assert _gpu_settings(fake)[0]["locked_sm_mhz"] is None
+    assert list((tmp_path / "journal").glob("*.json")) == []
+
+
+def test_a_job_does_not_undo_the_delegating_restore_with_its_own_prior(tmp_path: Path) -> None:
+    """The job found the flow's 600 W; once the flow has put back the true 700 W and released the
+    GPU, the job's restore (or a mode without a limit) must not write 600 W with no journal."""
+    parent, child, fake = _parent_and_child(tmp_path)
+    parent.apply(Settings(power_limit_w=600.0))
+    parent.delegate_control(power=True, sm_clock=True)
+    child.apply(Settings(power_limit_w=500.0, sm_clock_mhz=(1410, 1410)))
+    parent.restore()
+    assert _gpu_settings(fake)[0]["power_limit_mw"] == 700_000
+    child.apply(Settings())
+    child.restore()
+    assert _gpu_settings(fake)[0] == {"power_limit_mw": 700_000, "locked_sm_mhz": None, "locked_mem_mhz": None}
+    assert parent.journal.entries() == []
