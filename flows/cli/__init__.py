@@ -51,5 +51,13 @@ from flows.cli import profile as _profile  # noqa: E402,F401
 from flows.cli import scheduling as _scheduling  # noqa: E402,F401
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    # Python's default shows the source line and path; a user needs the message only.
+    print(f"gridshift: warning: {message}", file=file or sys.stderr)
+
+
 def main() -> None:
+    import warnings
+
+    warnings.showwarning = _one_line_warning
     sys.exit(run_guarded(app))

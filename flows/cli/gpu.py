@@ -85,12 +85,22 @@ def restore() -> None:
     from backends.journal import Journal
     from backends.nvidia import NvidiaBackend
 
+    import warnings
+
+    from backends.journal import JournalWarning
+
+    warnings.simplefilter("ignore", JournalWarning)  # each unreadable file gets its own line below
     journal = Journal()
     try:
-        entries = journal.entries()
+        entries, unreadable = journal.scan()
     except BackendError as exc:
         raise fail(exc) from None
+    for path, reason in unreadable:
+        # kept on disk for a person to inspect: gridshift cannot know what it would have restored
+        typer.echo(f"gridshift: warning: {reason}; restore that GPU by hand (the file is kept)", err=True)
     if not entries:
+        if unreadable:
+            raise typer.Exit(EXIT_ENV)
         typer.echo(f"nothing to restore (journal {journal.directory} is empty)")
         return
     backend = NvidiaBackend(journal=journal, recover=False, per_rank=False, env={})
@@ -105,3 +115,6 @@ def restore() -> None:
     left = [e for e in journal.entries()]
     if left:
         raise fail(f"{len(left)} GPU(s) still journalled (owner still running, or restore failed: see above)", EXIT_ENV)
+    if unreadable:
+        raise fail(f"restored what could be read; {len(unreadable)} unreadable journal file(s) need a person (see above)",
+                   EXIT_ENV)

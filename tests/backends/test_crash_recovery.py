@@ -104,13 +104,24 @@ def test_a_corrupt_journal_file_does_not_stop_gpu_restore(fake_env: dict[str, st
     bad = Path(fake_env["GRIDSHIFT_HOME"]) / "gpu-journal" / "GPU-other.json"
     bad.write_text("{")
     result = _gridshift(fake_env, "gpu", "restore")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # restored the rest, but a person must look at the bad file
     assert "300 W -> 450 W" in result.stdout and "GPU-other.json" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "UserWarning" not in result.stderr
     assert [g["power_limit_mw"] for g in _state(fake_env)["gpus"]] == [450_000, 700_000]
     assert _journal_files(fake_env) == [bad]
     status = _gridshift(fake_env, "gpu", "status")
     assert status.returncode == 0, status.stderr
     assert "GPU-other.json" in status.stdout
+
+
+def test_gpu_restore_with_only_an_unreadable_file_exits_3(fake_env: dict[str, str]) -> None:
+    bad = Path(fake_env["GRIDSHIFT_HOME"]) / "gpu-journal" / "GPU-other.json"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text("{")
+    result = _gridshift(fake_env, "gpu", "restore")
+    assert result.returncode == 3
+    assert result.stderr.count("GPU-other.json") == 1 and "Traceback" not in result.stderr
+    assert bad.exists()
 
 
 def test_sigkill_then_next_start_restores(fake_env: dict[str, str]) -> None:
