@@ -64,6 +64,7 @@ class JobHandle:
     _tail: deque[str]
     _result: list[int]
     _kill_grace_s: float = KILL_GRACE_S
+    _on_end: Callable[[], None] | None = None
     _ended: bool = False
 
     def wait(self, timeout_s: float | None = None) -> int | None:
@@ -85,8 +86,12 @@ class JobHandle:
         return list(self._tail)
 
     def kill(self) -> None:
-        """Stop the job: SIGTERM to its process group, SIGKILL to what is left after the grace period."""
+        """Stop the job: SIGTERM to its process group, SIGKILL to what is left after the grace period.
+
+        A callable job cannot be stopped from outside its thread; its environment is restored now.
+        """
         if self._proc is None:
+            self._end()
             return
         if self._proc.poll() is None or self._group_alive():
             self._signal_group(signal.SIGTERM)
@@ -116,6 +121,8 @@ class JobHandle:
             # must not keep the GPU busy after the job, nor hold the output pipe open
             self._signal_group(signal.SIGTERM)
             self._thread.join(OUTPUT_DRAIN_S)  # log the output still buffered, without waiting on leftovers
+        if self._on_end is not None:
+            self._on_end()
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self._proc is not None
@@ -195,13 +202,17 @@ def start_command(
 
 
 def start_callable(target: str, *, env: dict[str, str] | None = None, on_line: Callable[[str], None]) -> JobHandle:
-    """Run ``module:function`` in a thread of this process. Its return value (int or None) is the exit code."""
+    """Run ``module:function`` in a thread of this process. Its return value (int or None) is the exit code.
+
+    ``env`` is set in ``os.environ`` for the job's run and restored when it ends (or is killed, or
+    waited for), so a later run in this process does not inherit a stale clock plan, progress file
+    or delegation.
+    """
     module_name, _, func_name = target.partition(":")
     func = getattr(importlib.import_module(module_name), func_name)
     tail: deque[str] = deque(maxlen=20)
     result: list[int] = []
-    for k, v in (env or {}).items():
-        os.environ[k] = v
+    restore = _set_environ(env or {})
 
     def body() -> None:
         try:
@@ -214,7 +225,30 @@ def start_callable(target: str, *, env: dict[str, str] | None = None, on_line: C
             tail.append(line)
             on_line(line)
             result.append(1)
+        finally:
+            restore()
 
     thread = threading.Thread(target=body, name="gridshift-job", daemon=True)
     thread.start()
-    return JobHandle(None, thread, tail, result)
+    return JobHandle(None, thread, tail, result, _on_end=restore)
+
+
+def _set_environ(env: dict[str, str]) -> Callable[[], None]:
+    """Set ``env`` in ``os.environ``; the returned function (idempotent) puts the previous values back."""
+    previous = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    lock = threading.Lock()
+    done: list[bool] = []
+
+    def restore() -> None:
+        with lock:  # the job thread and the caller (kill/wait) may both get here
+            if done:
+                return
+            done.append(True)
+            for k, v in previous.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    return restore

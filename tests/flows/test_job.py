@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.job import JobHandle, start_command
+from flows.job import JobHandle, start_callable, start_command
 
 REPO = Path(__file__).resolve().parents[2]
 BOUND_S = 10.0  # upper bound for anything to happen; a pass takes a fraction of it
@@ -220,3 +220,69 @@ def test_supervise_kills_the_job_group_when_interrupted():
     shell, grandchild = _pids(lines.first())
     assert _gone(shell, grandchild)
     assert started[0].wait(timeout_s=BOUND_S) == -signal.SIGTERM
+
+
+# in-process jobs, started by target name: what each saw, and a gate to hold one running
+SEEN_ENV: list[dict[str, str | None]] = []
+GATE = threading.Event()
+ENV_KEYS = ("GRIDSHIFT_CLOCK_PLAN", "GRIDSHIFT_PROGRESS_FILE")
+
+
+def _job_records_env() -> int:
+    SEEN_ENV.append({k: os.environ.get(k) for k in ENV_KEYS})
+    return 0
+
+
+def _job_fails() -> None:
+    SEEN_ENV.append({k: os.environ.get(k) for k in ENV_KEYS})
+    raise RuntimeError("out of memory")
+
+
+def _job_waits_for_the_gate() -> int:
+    SEEN_ENV.append({k: os.environ.get(k) for k in ENV_KEYS})
+    GATE.wait(BOUND_S)
+    return 0
+
+
+@pytest.fixture
+def job_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """One variable set before the job (must come back), one unset (must be gone again)."""
+    SEEN_ENV.clear()
+    GATE.clear()
+    monkeypatch.setenv("GRIDSHIFT_CLOCK_PLAN", "before")
+    monkeypatch.delenv("GRIDSHIFT_PROGRESS_FILE", raising=False)
+    return {"GRIDSHIFT_CLOCK_PLAN": "plan.json", "GRIDSHIFT_PROGRESS_FILE": "/tmp/progress"}
+
+
+def _env_now() -> dict[str, str | None]:
+    return {k: os.environ.get(k) for k in ENV_KEYS}
+
+
+def test_callable_job_sees_its_env_and_the_process_gets_its_own_back(job_env):
+    handle = start_callable(f"{__name__}:_job_records_env", env=job_env, on_line=lambda _: None)
+    assert handle.wait(timeout_s=BOUND_S) == 0
+    assert SEEN_ENV == [job_env]
+    assert _env_now() == {"GRIDSHIFT_CLOCK_PLAN": "before", "GRIDSHIFT_PROGRESS_FILE": None}
+
+
+def test_a_failing_callable_job_restores_the_env_too(job_env):
+    lines = Lines()
+    handle = start_callable(f"{__name__}:_job_fails", env=job_env, on_line=lines)
+    assert handle.wait(timeout_s=BOUND_S) == 1
+    assert lines.lines == ["RuntimeError: out of memory"]
+    assert _env_now() == {"GRIDSHIFT_CLOCK_PLAN": "before", "GRIDSHIFT_PROGRESS_FILE": None}
+
+
+def test_killing_a_callable_job_restores_the_env_and_its_late_end_does_not_undo_a_later_run(job_env):
+    first = start_callable(f"{__name__}:_job_waits_for_the_gate", env=job_env, on_line=lambda _: None)
+    assert first.wait(timeout_s=0.05) is None  # still running (held by the gate)
+    first.kill()  # a thread cannot be stopped, but the process's env is the caller's again
+    assert _env_now() == {"GRIDSHIFT_CLOCK_PLAN": "before", "GRIDSHIFT_PROGRESS_FILE": None}
+    second = start_callable(f"{__name__}:_job_records_env", env={"GRIDSHIFT_CLOCK_PLAN": "second.json"},
+                            on_line=lambda _: None)
+    assert second.wait(timeout_s=BOUND_S) == 0
+    os.environ["GRIDSHIFT_CLOCK_PLAN"] = "set after the runs"
+    GATE.set()  # the first job ends now; its restore already ran and must not run again
+    assert first.wait(timeout_s=BOUND_S) == 0
+    assert SEEN_ENV[1] == {"GRIDSHIFT_CLOCK_PLAN": "second.json", "GRIDSHIFT_PROGRESS_FILE": None}
+    assert _env_now() == {"GRIDSHIFT_CLOCK_PLAN": "set after the runs", "GRIDSHIFT_PROGRESS_FILE": None}
