@@ -190,9 +190,11 @@ def supervise(
                 reading = monitor.read(t)
                 if reading.source not in run.sources:
                     run.sources.append(reading.source)
-            except Exception as exc:  # keep the current mode on a signal outage
-                run.warnings.append(f"{t:%H:%M:%S}: carbon signal unavailable ({exc}); keeping {mode} mode")
-                continue
+            except Exception as exc:
+                # Keep deciding on the last good reading's series (its forecast still covers the next
+                # hours): the work done must still be counted and the deadline guard must still be
+                # able to force the clean mode, or an outage could make the job miss its deadline.
+                run.warnings.append(f"{t:%H:%M:%S}: carbon signal unavailable ({exc}); deciding on the last reading")
             step_s = (t - last_t).total_seconds()
             done_work_s += step_s / factors.get(mode, 1.0)
             last_t = t
