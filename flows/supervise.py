@@ -206,12 +206,15 @@ def supervise(
                 seen[0] += step_s
                 seen[1] += max(gained_s, 0.0)
                 last_fraction = fraction
-                remaining = max(expected_s * (1.0 - fraction), 0.0)
                 clean_rate = observed.get(policy.rules.clean_mode, [0.0, 0.0])
+                # the clean mode's observed wall seconds per expected second (1.0 until it has been seen)
+                base = clean_rate[0] / clean_rate[1] if clean_rate[1] > 0 and clean_rate[0] >= interval_s else 1.0
+                # the work left in clean-mode seconds at the pace actually seen, the same unit as the
+                # factors below (which are relative to that pace), so a job slower than expected_s
+                # everywhere is not taken for one with time to spare
+                remaining = max(expected_s * (1.0 - fraction), 0.0) * base
                 for m, (wall_s, work_s) in observed.items():
                     if m != policy.rules.clean_mode and wall_s >= interval_s and work_s > 0:
-                        # relative to the clean mode's observed pace when known, else to the expected pace
-                        base = clean_rate[0] / clean_rate[1] if clean_rate[1] > 0 and clean_rate[0] >= interval_s else 1.0
                         factors[m] = max(wall_s / work_s / base, 1.0)
             nxt = decide(policy, reading.series, state, now=t, remaining_work_s=remaining, deadline=guard,
                          slowdown=factors)

@@ -55,3 +55,10 @@ def test_a_carbon_outage_keeps_the_deadline_guard() -> None:
     assert end <= T0 + timedelta(hours=7.2), f"ended {end}, after the deadline"
     assert run.spans[-1].mode == "speed"  # the guard forced the clean mode without a fresh reading
     assert any("carbon signal unavailable" in w for w in run.warnings)
+
+
+def test_work_left_is_counted_at_the_observed_clean_pace() -> None:
+    # 1.5x slower than expected_duration_s even at full speed: speed-only ends at 9.0 h. Counting
+    # the work left at the expected pace made the loop take the dirty mode and end at 9.6 h.
+    run, end = _run(9.4, speed_factor=1.5, eff_factor=1.5 * 1.25)
+    assert end <= T0 + timedelta(hours=9.4), f"ended {end}, after the deadline"
