@@ -1,6 +1,6 @@
 """The Prefect flow that runs one training job under a policy. Wiring only.
 
-Tasks: read intensity -> decide -> wait until start -> apply mode & run job (re-deciding every
+Tasks: wait until start -> read intensity -> decide -> apply mode & run job (re-deciding every
 interval, metering each mode span) -> restore settings (always) -> record the report (ledger +
 artifact). A failed job fails the flow run, after its report is recorded.
 """
@@ -174,6 +174,10 @@ def _stored_power_profile(policy: Policy, backend: Backend, fingerprint: str) ->
         return None, f"power-limit profile unusable, ignored: {exc}"
 
 
+def _utc(iso: str | None) -> datetime | None:
+    return datetime.fromisoformat(iso).astimezone(timezone.utc) if iso else None
+
+
 @flow(name="carbon_aware_training", log_prints=True, validate_parameters=False)
 def carbon_aware_training(
     policy_path: str,
@@ -182,27 +186,34 @@ def carbon_aware_training(
     backend_name: str | None = None,
     ledger_path: str | None = None,
     nominal_start: str | None = None,
+    planned_start: str | None = None,
 ) -> dict[str, Any]:
     """Run the policy's job (or ``command``) under the policy; returns the report dict.
 
-    ``nominal_start`` (ISO-8601) is the occurrence's nominal time when a deferred run starts later
-    than it (the deadline and the reported deferral count from it); default: now.
+    ``nominal_start`` (ISO-8601) is the occurrence's nominal time (default: now): the deadline and
+    the reported deferral count from it, and the job may start from ``nominal + earliest_start_s``
+    (before it when negative). ``planned_start`` (ISO-8601, from a planner) is when to start; default
+    now. The mode is decided at the real start time, on the intensity read then.
     """
     logger = get_run_logger()
     policy = load_policy(policy_path)
     load_clock_plans(policy, policy_path)  # bad plan files are bad input: fail before any waiting
     run_id = run_id or new_run_id()
-    nominal = datetime.fromisoformat(nominal_start).astimezone(timezone.utc) if nominal_start else _utcnow()
+    nominal = _utc(nominal_start) or _utcnow()
     deadline = nominal + timedelta(seconds=policy.job.deadline_s) if policy.job.deadline_s else None
-    monitor = monitor_for(policy)
-    reading = read_intensity(monitor, nominal)
-    for failure in reading.failures:
-        logger.warning("carbon source failed over: %s", failure)
-    decision = decide_mode(policy, reading, nominal, deadline)
-    logger.info("decision: %s mode — %s", decision.mode, decision.reason)
-    earliest = nominal + timedelta(seconds=max(policy.job.earliest_start_s, 0.0))
-    start_at = max(decision.start_at, earliest)
-    wait_until(start_at)
+    earliest = nominal + timedelta(seconds=policy.job.earliest_start_s)
+    monitor = monitor_for(policy)  # a bad carbon source is bad input: fail before any waiting
+    try:
+        wait_until(max(_utc(planned_start) or _utcnow(), earliest))
+        now = _utcnow()  # read and decide for the moment the job really starts, not the nominal time
+        reading = read_intensity(monitor, now)
+        for failure in reading.failures:
+            logger.warning("carbon source failed over: %s", failure)
+        decision = decide_mode(policy, reading, now, deadline)
+        logger.info("decision: %s mode — %s", decision.mode, decision.reason)
+    except BaseException:
+        monitor.close()
+        raise
 
     backend = create_backend(backend_name or policy.backend.name, **policy.backend.options)
     control = _probe_control(backend, policy.backend.require_control)

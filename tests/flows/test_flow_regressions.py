@@ -1,0 +1,102 @@
+"""Regressions from the review of the flow wiring: when the flow starts and decides, and that a
+run's report is recorded whatever fails in cleanup."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scheduler.ledger import Ledger
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY = REPO / "examples" / "policy.yaml"
+QUICK = [sys.executable, "-c", "print(1)"]
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def _window_policy(tmp_path: Path, earliest_start_s: float) -> Path:
+    policy = yaml.safe_load(POLICY.read_text())
+    policy["job"].update(earliest_start_s=earliest_start_s, deadline_s=25200, expected_duration_s=5)
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+def _record_start(monkeypatch: pytest.MonkeyPatch) -> tuple[list[datetime], list[datetime]]:
+    """Stand-ins for the wait (never sleeps) and the intensity read that record their times."""
+    import flows.training as training
+
+    waited: list[datetime] = []
+    read_at: list[datetime] = []
+    real_read = training.read_intensity.fn
+
+    def read(monitor: Any, now: datetime) -> Any:
+        read_at.append(now)
+        return real_read(monitor, now)
+
+    monkeypatch.setattr(training, "wait_until", lambda start_at: waited.append(start_at))
+    monkeypatch.setattr(training, "read_intensity", read)
+    return waited, read_at
+
+
+def test_a_run_inside_an_early_window_starts_now_and_decides_now(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.training as training
+
+    waited, read_at = _record_start(monkeypatch)
+    now = datetime.now(timezone.utc)
+    nominal = now + timedelta(hours=3)  # the window opens 4 h before the nominal time
+    report = training.carbon_aware_training(policy_path=str(_window_policy(tmp_path, -14400)), run_id="t-early",
+                                            backend_name="simulated", ledger_path=str(tmp_path / "l.sqlite3"),
+                                            nominal_start=nominal.isoformat(), command=QUICK)
+    assert waited[0] <= now + timedelta(minutes=1), "waited for the nominal time"
+    assert read_at[0] <= now + timedelta(minutes=1), "intensity read for the nominal time, not the start"
+    assert report["deferred_s"] < 0  # started before the nominal time
+
+
+def test_a_planned_start_is_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.training as training
+
+    waited, _ = _record_start(monkeypatch)
+    now = datetime.now(timezone.utc)
+    planned = now + timedelta(hours=1)
+    training.carbon_aware_training(policy_path=str(_window_policy(tmp_path, -14400)), run_id="t-planned",
+                                   backend_name="simulated", ledger_path=str(tmp_path / "l.sqlite3"),
+                                   nominal_start=(now + timedelta(hours=3)).isoformat(),
+                                   planned_start=planned.isoformat(), command=QUICK)
+    assert waited == [planned]
+
+
+def test_a_run_before_its_window_waits_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.training as training
+
+    waited, _ = _record_start(monkeypatch)
+    nominal = datetime.now(timezone.utc).replace(microsecond=0)
+    training.carbon_aware_training(policy_path=str(_window_policy(tmp_path, 3600)), run_id="t-late-window",
+                                   backend_name="simulated", ledger_path=str(tmp_path / "l.sqlite3"),
+                                   nominal_start=nominal.isoformat(), command=QUICK)
+    assert waited == [nominal + timedelta(hours=1)]
+
+
+def test_restore_handlers_are_installed_from_the_main_thread(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.training as training
+
+    seen: list[bool] = []
+    real = training.install_restore_handlers
+
+    def wrap(backend: Any, **kwargs: Any) -> Any:
+        seen.append(threading.current_thread() is threading.main_thread())
+        return real(backend, **kwargs)
+
+    monkeypatch.setattr(training, "install_restore_handlers", wrap)
+    training.carbon_aware_training(policy_path=str(POLICY), run_id="t-thread", backend_name="simulated",
+                                   ledger_path=str(tmp_path / "l.sqlite3"), command=QUICK)
+    assert seen == [True]
