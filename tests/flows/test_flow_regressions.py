@@ -100,3 +100,80 @@ def test_restore_handlers_are_installed_from_the_main_thread(tmp_path: Path,
     training.carbon_aware_training(policy_path=str(POLICY), run_id="t-thread", backend_name="simulated",
                                    ledger_path=str(tmp_path / "l.sqlite3"), command=QUICK)
     assert seen == [True]
+
+
+def test_a_failed_restore_still_records_the_run_and_fails_it(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.training as training
+    from backends.simulated import SimulatedBackend
+
+    closed: list[str] = []
+
+    class BadRestore(SimulatedBackend):
+        def _restore(self) -> None:
+            raise RuntimeError("nvml: restore failed")
+
+        def close(self) -> None:
+            closed.append("backend")
+
+    monkeypatch.setattr(training, "create_backend", lambda name, **kw: BadRestore())
+    ledger = tmp_path / "ledger.sqlite3"
+    state = training.carbon_aware_training(policy_path=str(POLICY), run_id="t-badrestore", backend_name="simulated",
+                                           ledger_path=str(ledger), command=QUICK, return_state=True)
+    assert state.is_failed()
+    with Ledger(ledger) as led:
+        (row,) = led.runs()
+    assert row["run_id"] == "t-badrestore" and row["status"] == "failed" and row["exit_code"] == 0
+    assert "settings may not be restored: run `gridshift gpu restore`" in row["error"]
+    assert any("gridshift gpu restore" in w for w in row["warnings"])
+    assert row["extra"]["error_type"] == "builtins:RuntimeError"
+    assert closed == ["backend"]
+
+
+def test_a_refusal_before_the_job_is_recorded_and_closes_everything(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.training as training
+    from backends.errors import NoPermission
+    from backends.simulated import SimulatedBackend
+    from backends.types import Capabilities
+
+    closed: list[str] = []
+
+    class Unprivileged(SimulatedBackend):
+        def capabilities(self) -> Capabilities:
+            from dataclasses import replace
+
+            return replace(super().capabilities(), can_control=False, control_note="no privilege")
+
+        def close(self) -> None:
+            closed.append("backend")
+
+    real_monitor_for = training.monitor_for
+
+    def monitor_for(policy: Any) -> Any:
+        monitor = real_monitor_for(policy)
+        real_close = monitor.close
+
+        def close() -> None:
+            closed.append("monitor")
+            real_close()
+
+        monitor.close = close
+        return monitor
+
+    policy = yaml.safe_load(POLICY.read_text())
+    policy["backend"]["require_control"] = True
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    monkeypatch.setattr(training, "create_backend", lambda name, **kw: Unprivileged())
+    monkeypatch.setattr(training, "monitor_for", monitor_for)
+    marker = tmp_path / "ran"
+    with pytest.raises(NoPermission):
+        training.carbon_aware_training(policy_path=str(path), run_id="t-refused", ledger_path=str(tmp_path / "l.sqlite3"),
+                                       command=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+    assert not marker.exists()
+    assert sorted(closed) == ["backend", "monitor"]
+    with Ledger(tmp_path / "l.sqlite3") as led:
+        (row,) = led.runs()
+    assert row["status"] == "failed" and row["modes"] == []
+    assert row["extra"]["error_type"] == "backends.errors:NoPermission"
