@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from backends.base import Backend
+from backends.errors import NoPermission
 from backends.types import Capabilities
 from carbon.monitor import CarbonMonitor, Reading
 from flows.job import JobHandle
@@ -138,7 +139,20 @@ def supervise(
             notes.append(f"clock plan {plan.path.name} not applied: the job reads {CLOCK_PLAN_ENV} at start")
         elif job_plan is not None:
             notes.append(f"the job's clock plan {job_plan.path.name} (mode {job_plan.mode}) keeps running in-process")
-        if control:
+        nonlocal control
+        if control and not run.spans and not policy.backend.require_control:
+            try:
+                applied = backend.apply(settings)
+                described = applied.describe()
+            except NoPermission as exc:
+                # another run claimed the GPU between the flow's probe and this first apply: nothing
+                # was changed yet, so run measure-only rather than fail before the job
+                control = False
+                note = f"cannot change GPU settings ({exc}); running measure-only"
+                log(f"warning: {note}")
+                run.warnings.append(note)
+                described = f"measure-only (would apply {settings.describe()})"
+        elif control:
             applied = backend.apply(settings)
             described = applied.describe()
         else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from backends.simulated import SimulatedBackend
 from carbon.errors import CarbonError
 from carbon.monitor import CarbonMonitor, Reading, SourceSpec
@@ -62,3 +64,53 @@ def test_work_left_is_counted_at_the_observed_clean_pace() -> None:
     # the work left at the expected pace made the loop take the dirty mode and end at 9.6 h.
     run, end = _run(9.4, speed_factor=1.5, eff_factor=1.5 * 1.25)
     assert end <= T0 + timedelta(hours=9.4), f"ended {end}, after the deadline"
+
+
+class ClaimedBackend(SimulatedBackend):
+    """Another run claims the GPU between the flow's control probe and the first apply."""
+
+    def _record_prior(self) -> None:
+        from backends.errors import NoPermission
+
+        raise NoPermission("GPU 0 (GPU-x) was just claimed by gridshift pid 4242", action="record prior settings",
+                           gpu_index=0)
+
+
+def _race(require_control: bool) -> tuple[SupervisedRun, list[str], list[str]]:
+    policy = _policy()
+    if require_control:
+        policy = policy.model_copy(update={"backend": policy.backend.model_copy(update={"require_control": True})})
+    clock = FakeClock()
+    backend = ClaimedBackend(clock=clock.monotonic)
+    monitor = CarbonMonitor(sources=[SourceSpec("trace", lambda: TraceProvider(series=_signal(), replay="aligned"))],
+                            forecast_horizon=timedelta(hours=6), history_window=timedelta(hours=1))
+    reading = monitor.read(clock())
+    first = decide(policy, reading.series, now=clock(), start_at=clock())
+    job = FakeJob(clock, backend, policy.job.expected_duration_s, 1.25)
+    started: list[str] = []
+    logs: list[str] = []
+
+    def start_job(env: dict[str, str]) -> FakeJob:
+        started.append("job")
+        return job
+
+    out = SupervisedRun()
+    supervise(policy=policy, backend=backend, caps=backend.capabilities(), control=True, monitor=monitor,
+              first=first, first_reading=reading, start_job=start_job, now=clock, log=logs.append, out=out,
+              deadline=T0 + timedelta(hours=10), slowdown={"efficiency": 1.25}, progress=job.progress)
+    return out, started, logs
+
+
+def test_a_gpu_claimed_by_another_run_falls_back_to_measure_only() -> None:
+    run, started, logs = _race(require_control=False)
+    assert started == ["job"] and run.exit_code == 0
+    (warning,) = [w for w in run.warnings if "measure-only" in w]
+    assert "just claimed by gridshift pid 4242" in warning
+    assert all("measure-only" in s.settings for s in run.spans)  # no later switch tried to apply either
+
+
+def test_a_gpu_claimed_by_another_run_fails_when_control_is_required() -> None:
+    from backends.errors import NoPermission
+
+    with pytest.raises(NoPermission, match="just claimed"):
+        _race(require_control=True)
