@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -173,6 +174,15 @@ def _stored_power_profile(policy: Policy, backend: Backend, fingerprint: str) ->
         return None, f"power-limit profile unusable, ignored: {exc}"
 
 
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:  # from a signal handler
+        try:
+            return f"terminated by {signal.Signals(exc.code - 128).name}"
+        except ValueError:
+            pass
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _utc(iso: str | None) -> datetime | None:
     return datetime.fromisoformat(iso).astimezone(timezone.utc) if iso else None
 
@@ -263,7 +273,7 @@ def carbon_aware_training(
             logger.warning("cleanup failed: %s: %s", type(exc).__name__, exc)
     parts: list[str] = []
     if errors and errors[0] is not restore_error:  # the run's own error (or a close's) comes first
-        parts.append(f"{type(errors[0]).__name__}: {errors[0]}")
+        parts.append(_describe(errors[0]))
     elif run.exit_code not in (0, None):
         parts.append(str(JobFailed(run.exit_code, run.tail)))
     if restore_error is not None:
