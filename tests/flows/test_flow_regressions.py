@@ -177,3 +177,20 @@ def test_a_refusal_before_the_job_is_recorded_and_closes_everything(tmp_path: Pa
         (row,) = led.runs()
     assert row["status"] == "failed" and row["modes"] == []
     assert row["extra"]["error_type"] == "backends.errors:NoPermission"
+
+
+def test_nightly_passes_its_planned_start_to_the_training_flow(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.training as training
+    from flows.nightly import nightly_retrain
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(training, "carbon_aware_training", lambda **kwargs: calls.append(kwargs) or {})
+    planned = "2026-01-01T23:00:00+00:00"
+    nightly_retrain(policy_path=str(REPO / "examples" / "nightly.yaml"), planned_start=planned,
+                    nominal_start="2026-01-02T01:00:00+00:00", ledger_path=str(tmp_path / "l.sqlite3"))
+    assert calls[0]["planned_start"] == planned and calls[0]["nominal_start"] == "2026-01-02T01:00:00+00:00"
+    calls.clear()
+    nightly_retrain(policy_path=str(REPO / "examples" / "nightly.yaml"), ledger_path=str(tmp_path / "l.sqlite3"))
+    (call,) = calls  # no deployment to defer through: it trains in this run, at the planned start
+    assert call["planned_start"] is not None and call["nominal_start"] is not None
