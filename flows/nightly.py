@@ -81,4 +81,6 @@ def nightly_retrain(
             return {"deferred_to": decision.start_at.isoformat(), "flow_run_id": str(run.id),
                     "nominal_start": nominal.isoformat(), "reason": decision.reason}
         nominal_start = nominal.isoformat()
-    return carbon_aware_training(policy_path=policy_path, nominal_start=nominal_start, ledger_path=ledger_path)
+        planned_start = decision.start_at.isoformat()  # soon, or no deployment to defer through: wait here
+    return carbon_aware_training(policy_path=policy_path, nominal_start=nominal_start, planned_start=planned_start,
+                                 ledger_path=ledger_path)

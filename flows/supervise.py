@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from backends.base import Backend
+from backends.errors import NoPermission
 from backends.types import Capabilities
 from carbon.monitor import CarbonMonitor, Reading
 from flows.job import JobHandle
@@ -138,7 +139,20 @@ def supervise(
             notes.append(f"clock plan {plan.path.name} not applied: the job reads {CLOCK_PLAN_ENV} at start")
         elif job_plan is not None:
             notes.append(f"the job's clock plan {job_plan.path.name} (mode {job_plan.mode}) keeps running in-process")
-        if control:
+        nonlocal control
+        if control and not run.spans and not policy.backend.require_control:
+            try:
+                applied = backend.apply(settings)
+                described = applied.describe()
+            except NoPermission as exc:
+                # another run claimed the GPU between the flow's probe and this first apply: nothing
+                # was changed yet, so run measure-only rather than fail before the job
+                control = False
+                note = f"cannot change GPU settings ({exc}); running measure-only"
+                log(f"warning: {note}")
+                run.warnings.append(note)
+                described = f"measure-only (would apply {settings.describe()})"
+        elif control:
             applied = backend.apply(settings)
             described = applied.describe()
         else:
@@ -190,9 +204,11 @@ def supervise(
                 reading = monitor.read(t)
                 if reading.source not in run.sources:
                     run.sources.append(reading.source)
-            except Exception as exc:  # keep the current mode on a signal outage
-                run.warnings.append(f"{t:%H:%M:%S}: carbon signal unavailable ({exc}); keeping {mode} mode")
-                continue
+            except Exception as exc:
+                # Keep deciding on the last good reading's series (its forecast still covers the next
+                # hours): the work done must still be counted and the deadline guard must still be
+                # able to force the clean mode, or an outage could make the job miss its deadline.
+                run.warnings.append(f"{t:%H:%M:%S}: carbon signal unavailable ({exc}); deciding on the last reading")
             step_s = (t - last_t).total_seconds()
             done_work_s += step_s / factors.get(mode, 1.0)
             last_t = t
@@ -204,12 +220,15 @@ def supervise(
                 seen[0] += step_s
                 seen[1] += max(gained_s, 0.0)
                 last_fraction = fraction
-                remaining = max(expected_s * (1.0 - fraction), 0.0)
                 clean_rate = observed.get(policy.rules.clean_mode, [0.0, 0.0])
+                # the clean mode's observed wall seconds per expected second (1.0 until it has been seen)
+                base = clean_rate[0] / clean_rate[1] if clean_rate[1] > 0 and clean_rate[0] >= interval_s else 1.0
+                # the work left in clean-mode seconds at the pace actually seen, the same unit as the
+                # factors below (which are relative to that pace), so a job slower than expected_s
+                # everywhere is not taken for one with time to spare
+                remaining = max(expected_s * (1.0 - fraction), 0.0) * base
                 for m, (wall_s, work_s) in observed.items():
                     if m != policy.rules.clean_mode and wall_s >= interval_s and work_s > 0:
-                        # relative to the clean mode's observed pace when known, else to the expected pace
-                        base = clean_rate[0] / clean_rate[1] if clean_rate[1] > 0 and clean_rate[0] >= interval_s else 1.0
                         factors[m] = max(wall_s / work_s / base, 1.0)
             nxt = decide(policy, reading.series, state, now=t, remaining_work_s=remaining, deadline=guard,
                          slowdown=factors)

@@ -1,6 +1,6 @@
 """The Prefect flow that runs one training job under a policy. Wiring only.
 
-Tasks: read intensity -> decide -> wait until start -> apply mode & run job (re-deciding every
+Tasks: wait until start -> read intensity -> decide -> apply mode & run job (re-deciding every
 interval, metering each mode span) -> restore settings (always) -> record the report (ledger +
 artifact). A failed job fails the flow run, after its report is recorded.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -154,8 +155,7 @@ def _probe_control(backend: Backend, require_control: bool = False) -> _Control:
     caps = backend.capabilities()
     if caps.can_control:
         return _Control(True)
-    if require_control:
-        backend.close()
+    if require_control:  # the flow restores, closes and records the run
         raise NoPermission(f"cannot change GPU settings ({caps.control_note or 'no permission'}) "
                            "and the policy sets backend.require_control: true", action="probe control")
     return _Control(False, f"cannot change GPU settings ({caps.control_note or 'no permission'}); running measure-only")
@@ -174,6 +174,19 @@ def _stored_power_profile(policy: Policy, backend: Backend, fingerprint: str) ->
         return None, f"power-limit profile unusable, ignored: {exc}"
 
 
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:  # from a signal handler
+        try:
+            return f"terminated by {signal.Signals(exc.code - 128).name}"
+        except ValueError:
+            pass
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _utc(iso: str | None) -> datetime | None:
+    return datetime.fromisoformat(iso).astimezone(timezone.utc) if iso else None
+
+
 @flow(name="carbon_aware_training", log_prints=True, validate_parameters=False)
 def carbon_aware_training(
     policy_path: str,
@@ -182,81 +195,116 @@ def carbon_aware_training(
     backend_name: str | None = None,
     ledger_path: str | None = None,
     nominal_start: str | None = None,
+    planned_start: str | None = None,
 ) -> dict[str, Any]:
     """Run the policy's job (or ``command``) under the policy; returns the report dict.
 
-    ``nominal_start`` (ISO-8601) is the occurrence's nominal time when a deferred run starts later
-    than it (the deadline and the reported deferral count from it); default: now.
+    ``nominal_start`` (ISO-8601) is the occurrence's nominal time (default: now): the deadline and
+    the reported deferral count from it, and the job may start from ``nominal + earliest_start_s``
+    (before it when negative). ``planned_start`` (ISO-8601, from a planner) is when to start; default
+    now. The mode is decided at the real start time, on the intensity read then.
     """
     logger = get_run_logger()
     policy = load_policy(policy_path)
     load_clock_plans(policy, policy_path)  # bad plan files are bad input: fail before any waiting
     run_id = run_id or new_run_id()
-    nominal = datetime.fromisoformat(nominal_start).astimezone(timezone.utc) if nominal_start else _utcnow()
+    nominal = _utc(nominal_start) or _utcnow()
     deadline = nominal + timedelta(seconds=policy.job.deadline_s) if policy.job.deadline_s else None
-    monitor = monitor_for(policy)
-    reading = read_intensity(monitor, nominal)
-    for failure in reading.failures:
-        logger.warning("carbon source failed over: %s", failure)
-    decision = decide_mode(policy, reading, nominal, deadline)
-    logger.info("decision: %s mode — %s", decision.mode, decision.reason)
-    earliest = nominal + timedelta(seconds=max(policy.job.earliest_start_s, 0.0))
-    start_at = max(decision.start_at, earliest)
-    wait_until(start_at)
-
-    backend = create_backend(backend_name or policy.backend.name, **policy.backend.options)
-    control = _probe_control(backend, policy.backend.require_control)
-    try:  # now against the device: its clock table and (on real hardware) its GPU model
-        clock_plans = load_clock_plans(policy, policy_path, backend.capabilities())
+    earliest = nominal + timedelta(seconds=policy.job.earliest_start_s)
+    monitor = monitor_for(policy)  # a bad carbon source is bad input: fail before any waiting
+    try:
+        wait_until(max(_utc(planned_start) or _utcnow(), earliest))
+        now = _utcnow()  # read and decide for the moment the job really starts, not the nominal time
+        reading = read_intensity(monitor, now)
+        for failure in reading.failures:
+            logger.warning("carbon source failed over: %s", failure)
+        decision = decide_mode(policy, reading, now, deadline)
+        logger.info("decision: %s mode — %s", decision.mode, decision.reason)
+        backend = create_backend(backend_name or policy.backend.name, **policy.backend.options)
     except BaseException:
-        backend.close()
         monitor.close()
         raise
-    fingerprint = job_fingerprint(policy.job.name, command or policy.job.command or policy.job.callable)
-    power_profile, profile_warning = _stored_power_profile(policy, backend, fingerprint)
-    for line in getattr(backend, "recovered", ()):  # journals of killed runs, replayed on open
-        logger.warning("restored settings left by a killed run: %s", line)
-    warnings = [f"carbon: {f}" for f in reading.failures]
-    if profile_warning:
-        logger.warning(profile_warning)
-        warnings.append(profile_warning)
-    if control.warning:
-        logger.warning(control.warning)
-        warnings.append(control.warning)
-    if not backend.measured:
-        logger.warning("backend %r is simulated: energy and carbon figures are modelled, not measured", backend.name)
+    # From here on every path restores, closes and records a report (status failed on any error).
     started = _utcnow()
     run = SupervisedRun()
-    error = ""
-    uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
+    warnings = [f"carbon: {f}" for f in reading.failures]
+    errors: list[BaseException] = []
     try:
-        run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
-                       clock_plans, power_profile, fingerprint)
+        control = _probe_control(backend, policy.backend.require_control)
+        # now against the device: its clock table and (on real hardware) its GPU model
+        clock_plans = load_clock_plans(policy, policy_path, backend.capabilities())
+        fingerprint = job_fingerprint(policy.job.name, command or policy.job.command or policy.job.callable)
+        power_profile, profile_warning = _stored_power_profile(policy, backend, fingerprint)
+        for line in getattr(backend, "recovered", ()):  # journals of killed runs, replayed on open
+            logger.warning("restored settings left by a killed run: %s", line)
+        if profile_warning:
+            logger.warning(profile_warning)
+            warnings.append(profile_warning)
+        if control.warning:
+            logger.warning(control.warning)
+            warnings.append(control.warning)
+        if not backend.measured:
+            logger.warning("backend %r is simulated: energy and carbon figures are modelled, not measured", backend.name)
+        started = _utcnow()
+        uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
+        try:
+            run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
+                           clock_plans, power_profile, fingerprint)
+        finally:
+            uninstall_signal_restore()
     except BaseException as exc:  # the report is still written, then the flow fails
-        error = f"{type(exc).__name__}: {exc}"
-        raise
-    finally:
-        uninstall_signal_restore()
+        errors.append(exc)
+    ended = _utcnow()
+    # each cleanup step on its own: one failing must not skip the others or the report
+    restore_error: BaseException | None = None
+    try:
         restore_settings(backend)
-        backend.close()
-        monitor.close()
-        ended = _utcnow()
-        status = "completed" if (run.exit_code == 0 and not error) else "failed"
-        if run.exit_code not in (0, None) and not error:
-            error = str(JobFailed(run.exit_code, run.tail))
-        warnings.extend(run.warnings)
-        energy_j = run.energy_j
-        report = RunReport(
-            run_id=run_id, policy=str(policy_path), job=policy.job.name, status=status, backend=backend.name,
-            measured=backend.measured, nominal_start=nominal, started_at=started, ended_at=ended,
-            deferred_s=(started - nominal).total_seconds(), duration_s=(ended - started).total_seconds(),
-            energy_j=energy_j, carbon_g=run.carbon_g,
-            intensity_g_per_kwh=(run.carbon_g / energy_j * 3.6e6) if energy_j > 0 else reading.current.g_per_kwh,
-            intensity_kind=reading.current.kind, intensity_source=reading.current.source or reading.source,
-            modes=tuple(run.spans), decision_reason=decision.reason, exit_code=run.exit_code, error=error,
-            warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=dict(run.extra),
-        ).to_json()
+    except BaseException as exc:
+        restore_error = exc
+        errors.append(exc)
+        note = f"settings may not be restored: run `gridshift gpu restore` ({type(exc).__name__}: {exc})"
+        logger.warning(note)
+        warnings.append(note)
+    for close in (backend.close, monitor.close):
+        try:
+            close()
+        except BaseException as exc:
+            errors.append(exc)
+            logger.warning("cleanup failed: %s: %s", type(exc).__name__, exc)
+    parts: list[str] = []
+    if errors and errors[0] is not restore_error:  # the run's own error (or a close's) comes first
+        parts.append(_describe(errors[0]))
+    elif run.exit_code not in (0, None):
+        parts.append(str(JobFailed(run.exit_code, run.tail)))
+    if restore_error is not None:
+        parts.append(f"settings may not be restored: run `gridshift gpu restore` "
+                     f"({type(restore_error).__name__}: {restore_error})")
+    error = "; ".join(parts)
+    status = "completed" if (run.exit_code == 0 and not error) else "failed"
+    raised: BaseException | None = errors[0] if errors else None
+    if raised is None and status != "completed":
+        raised = JobFailed(run.exit_code if run.exit_code is not None else 1, run.tail)
+    warnings.extend(run.warnings)
+    energy_j = run.energy_j
+    extra = dict(run.extra)
+    if raised is not None:  # so the CLI can map e.g. a GPU lost mid-run to its exit code
+        extra["error_type"] = f"{type(raised).__module__}:{type(raised).__qualname__}"
+    report = RunReport(
+        run_id=run_id, policy=str(policy_path), job=policy.job.name, status=status, backend=backend.name,
+        measured=backend.measured, nominal_start=nominal, started_at=started, ended_at=ended,
+        deferred_s=(started - nominal).total_seconds(), duration_s=(ended - started).total_seconds(),
+        energy_j=energy_j, carbon_g=run.carbon_g,
+        intensity_g_per_kwh=(run.carbon_g / energy_j * 3.6e6) if energy_j > 0 else reading.current.g_per_kwh,
+        intensity_kind=reading.current.kind, intensity_source=reading.current.source or reading.source,
+        modes=tuple(run.spans), decision_reason=decision.reason, exit_code=run.exit_code, error=error,
+        warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=extra,
+    ).to_json()
+    try:
         record_report(report, ledger_path)
-    if status != "completed":
-        raise JobFailed(run.exit_code if run.exit_code is not None else 1, run.tail)
+    except BaseException as exc:
+        if raised is None:
+            raise
+        logger.warning("run not recorded: %s: %s", type(exc).__name__, exc)
+    if raised is not None:
+        raise raised
     return report

@@ -8,19 +8,34 @@ from typing import Any
 import click
 import typer
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "EXIT_ENV", "exit_code_for", "fail", "run_guarded"]
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "EXIT_ENV", "exit_code_for", "exit_code_for_type", "fail", "run_guarded"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_ENV = 0, 1, 2, 3
 
 
 def exit_code_for(exc: BaseException) -> int:
-    from backends.errors import DeviceLost, NoDevice, NoPermission, UnknownBackend, Unsupported
+    """The exit code for an error: 2 bad input, 3 environment, 1 anything else (job failure or bug)."""
+    return exit_code_for_type(type(exc))
+
+
+def exit_code_for_type(cls: type[BaseException]) -> int:
+    """:func:`exit_code_for` by class (a run's report records its error's class, not the error)."""
+    from backends.errors import BackendError, UnknownBackend
     from carbon.errors import BadTrace, CarbonError
+    from carbon.providers.registry import UnknownProvider
+    from plans.dvfs.errors import PlanFileError, PlanInputError, ProfileError
+    from plans.errors import BadProfile, BadTraceFile
     from scheduler.errors import LedgerError, PolicyError
 
-    if isinstance(exc, (PolicyError, BadTrace, UnknownBackend, LookupError)):
+    # listed one by one: a bare LookupError/ValueError would turn internal KeyError/IndexError bugs
+    # into "bad input"
+    bad_input = (PolicyError, BadTrace, UnknownBackend, UnknownProvider, PlanFileError, PlanInputError, ProfileError,
+                 BadTraceFile, BadProfile)
+    if issubclass(cls, bad_input):
         return EXIT_INPUT
-    if isinstance(exc, (CarbonError, NoDevice, NoPermission, DeviceLost, Unsupported, LedgerError)):
+    # every backend error (no device, no permission, device lost, unsupported, journal) and every
+    # carbon source failure is the environment
+    if issubclass(cls, (CarbonError, BackendError, LedgerError)):
         return EXIT_ENV
     return EXIT_FAILED
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from flows.cli import app
-from flows.cli._errors import EXIT_INPUT, fail
+from flows.cli._errors import EXIT_INPUT
 
 policy_app = typer.Typer(help="Check policy files and print their JSON schema.", no_args_is_help=True)
 app.add_typer(policy_app, name="policy")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from flows.cli import app
-from flows.cli._errors import EXIT_FAILED, EXIT_INPUT, fail
+from flows.cli._errors import EXIT_FAILED, EXIT_INPUT, exit_code_for_type, fail
 
 
 def _quiet_prefect_defaults() -> None:
@@ -25,6 +26,26 @@ def _quiet_prefect_defaults() -> None:
 def _terminate_as_exception(signum: int, _frame: Any) -> None:
     # Turn SIGTERM into an exception so every `finally` (settings restore, report) runs.
     raise SystemExit(128 + signum)
+
+
+#: exit code of a run stopped by SIGINT / SIGTERM (128 + signal number, as shells report it)
+EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
+
+
+def _exit_code_of(report: dict[str, Any]) -> int:
+    """The exit code for a recorded failed run, from the class of the error that failed it."""
+    module, _, qualname = str(report.get("extra", {}).get("error_type", "")).partition(":")
+    if (module, qualname) == ("builtins", "SystemExit"):  # the signal handlers raise SystemExit(128 + signum)
+        return EXIT_TERMINATED
+    if (module, qualname) == ("builtins", "KeyboardInterrupt"):
+        return EXIT_INTERRUPTED
+    try:
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError, ValueError):  # no type recorded (a failed job) or gone since
+        return EXIT_FAILED
+    return exit_code_for_type(cls) if isinstance(cls, type) and issubclass(cls, BaseException) else EXIT_FAILED
 
 
 def _human(report: dict[str, Any]) -> str:
@@ -74,7 +95,6 @@ def run(
     except PolicyError as exc:
         raise fail(exc, EXIT_INPUT) from None
     _quiet_prefect_defaults()
-    from flows.job import JobFailed
     from flows.training import carbon_aware_training, new_run_id, quiet_domain_tracebacks
 
     quiet_domain_tracebacks()
@@ -82,17 +102,26 @@ def run(
     previous = signal.signal(signal.SIGTERM, _terminate_as_exception)
     run_id = new_run_id()
     real_stdout = sys.stdout
+    state: Any = None
+    terminated = False
     try:
         # Prefect and the job may print; keep stdout for the report alone.
         sys.stdout = sys.stderr
         state = carbon_aware_training(policy_path=str(policy), run_id=run_id, command=command or None,
                                       backend_name=backend, return_state=True)
+    except SystemExit as exc:  # SIGTERM: the flow restored settings and recorded the run on the way out
+        if exc.code != EXIT_TERMINATED:
+            raise
+        terminated = True
     finally:
         sys.stdout = real_stdout
         signal.signal(signal.SIGTERM, previous)
     with Ledger() as ledger:
         found = [r for r in ledger.runs(limit=50) if r["run_id"] == run_id]
     if not found:
+        if terminated:
+            print("gridshift: terminated before the run was recorded", file=sys.stderr)
+            raise typer.Exit(EXIT_TERMINATED)
         exc = state.result(raise_on_failure=False)
         raise fail(exc if isinstance(exc, BaseException) else f"run {run_id} failed before it could be recorded")
     report = found[0]
@@ -101,9 +130,15 @@ def run(
     else:
         typer.echo(_human(report))
     if report["status"] != "completed":
-        if not json_out:
+        code = EXIT_TERMINATED if terminated else _exit_code_of(report)
+        if code == EXIT_TERMINATED:
+            restored = "settings may not be restored" not in (report["error"] or "")
+            typer.echo("gridshift: terminated; " + ("settings restored" if restored else
+                       "settings may not be restored: run `gridshift gpu restore`") + ", run recorded as failed",
+                       err=True)
+        elif not json_out:
             typer.echo(f"gridshift: error: {report['error'] or 'the run failed'}", err=True)
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(code)
 
 
 @app.command()
