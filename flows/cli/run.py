@@ -53,7 +53,7 @@ def _human(report: dict[str, Any]) -> str:
     lines = [
         f"gridshift run {report['run_id']}: {report['status']}",
         f"  job        {report['job']} (backend {report['backend']})",
-        f"  decision   {report['modes'][0]['mode'] if report['modes'] else '-'} mode: {report['decision_reason']}",
+        f"  decision   {report['modes'][0]['mode'] + ' mode: ' if report['modes'] else ''}{report['decision_reason']}",
         f"  start      {report['started_at'][:19].replace('T', ' ')} UTC (deferred {report['deferred_s']:.0f} s)",
         f"  duration   {report['duration_s']:.1f} s",
         f"  energy     {report['energy_j']:.1f} J ({label})",
@@ -103,7 +103,7 @@ def run(
     run_id = new_run_id()
     real_stdout = sys.stdout
     state: Any = None
-    terminated = False
+    terminated = interrupted = False
     try:
         # Prefect and the job may print; keep stdout for the report alone.
         sys.stdout = sys.stderr
@@ -113,6 +113,8 @@ def run(
         if exc.code != EXIT_TERMINATED:
             raise
         terminated = True
+    except KeyboardInterrupt:  # Ctrl-C: same as SIGTERM, but the shell's convention is 130
+        terminated = interrupted = True
     finally:
         sys.stdout = real_stdout
         signal.signal(signal.SIGTERM, previous)
@@ -121,7 +123,7 @@ def run(
     if not found:
         if terminated:
             print("gridshift: terminated before the run was recorded", file=sys.stderr)
-            raise typer.Exit(EXIT_TERMINATED)
+            raise typer.Exit(130 if interrupted else EXIT_TERMINATED)
         exc = state.result(raise_on_failure=False)
         raise fail(exc if isinstance(exc, BaseException) else f"run {run_id} failed before it could be recorded")
     report = found[0]
@@ -130,8 +132,8 @@ def run(
     else:
         typer.echo(_human(report))
     if report["status"] != "completed":
-        code = EXIT_TERMINATED if terminated else _exit_code_of(report)
-        if code == EXIT_TERMINATED:
+        code = (130 if interrupted else EXIT_TERMINATED) if terminated else _exit_code_of(report)
+        if terminated:
             restored = "settings may not be restored" not in (report["error"] or "")
             typer.echo("gridshift: terminated; " + ("settings restored" if restored else
                        "settings may not be restored: run `gridshift gpu restore`") + ", run recorded as failed",
@@ -156,7 +158,7 @@ def runs(
         typer.echo(json.dumps(rows, sort_keys=True))
         return
     if not rows:
-        typer.echo(f"no runs recorded yet (ledger: {ledger.path})")
+        typer.echo(f"no runs of job {job!r} recorded (ledger: {ledger.path})" if job else f"no runs recorded yet (ledger: {ledger.path})")
         return
     typer.echo(f"{'run id':<24} {'job':<16} {'status':<9} {'backend':<10} {'energy J':>10} {'carbon g':>9} {'time s':>8}")
     for r in rows:
