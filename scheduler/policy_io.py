@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from scheduler.errors import PolicyError
 from scheduler.policy import Policy
+from scheduler.policy_checks import Problem, policy_problems
 
 __all__ = ["load_policy", "parse_policy", "policy_json_schema"]
 
@@ -73,7 +74,7 @@ def parse_policy(text: str, *, where: str = "<policy>") -> Policy:
     if not isinstance(data, dict):
         raise PolicyError(f"{where}:1:1: a policy must be a mapping of keys (carbon, modes, rules, job, ...)", path=where, line=1, column=1)
     try:
-        return Policy.model_validate(data)
+        policy = Policy.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         first = errors[0]
@@ -98,6 +99,18 @@ def parse_policy(text: str, *, where: str = "<policy>") -> Policy:
         raise PolicyError(
             f"{where}:{line}:{col}: {path}: {msg}{detail}{more}", path=where, line=line, column=col, more=len(errors) - 1
         ) from None
+    problems = policy_problems(policy)
+    if problems:
+        _raise_problem(root, problems[0], where=where, more=len(problems) - 1)
+    return policy
+
+
+def _raise_problem(root: yaml.Node, problem: Problem, *, where: str, more: int) -> None:
+    node = _key_node(root, problem.loc) if problem.at_key else _node_at(root, problem.loc)
+    line, col = node.start_mark.line + 1, node.start_mark.column + 1
+    path = ".".join(str(p) for p in problem.loc)
+    extra = f" [and {more} more error(s)]" if more else ""
+    raise PolicyError(f"{where}:{line}:{col}: {path}: {problem.message}{extra}", path=where, line=line, column=col, more=more)
 
 
 def load_policy(path: str | Path) -> Policy:
