@@ -40,6 +40,7 @@ def policy_problems(policy: Policy) -> list[Problem]:
     problems = carbon_source_problems(policy.carbon, ("carbon",))
     for i, source in enumerate(policy.carbon.fallbacks):
         problems += carbon_source_problems(source, ("carbon", "fallbacks", i))
+    problems += callable_problems(policy.job.callable, ("job", "callable"))
     return problems
 
 

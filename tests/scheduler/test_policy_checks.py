@@ -129,3 +129,39 @@ def test_cli_stops_with_exit_2_and_one_line(tmp_path: Path, mutation: tuple[str,
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and f"{bad}:" in lines[0] and expect in lines[0], lines
+
+
+def _with_callable(target: str) -> str:
+    text = EXAMPLE.replace('command: [python, examples/train_tiny.py, --epochs, "20"]', f"callable: {target!r}")
+    assert "callable:" in text
+    return text
+
+
+def test_callable_with_unknown_module_points_at_the_line() -> None:
+    text = _with_callable("nosuchmod:main")
+    err = _error(text)
+    assert str(err).startswith(f"p.yaml:{_line_of(text, 'callable:')}:13: job.callable: module 'nosuchmod' not found")
+
+
+def test_callable_with_unknown_submodule_of_a_real_package() -> None:
+    assert "module 'json.nosuch' not found" in str(_error(_with_callable("json.nosuch:main")))
+    assert "module 'json.decoder.x' not found" in str(_error(_with_callable("json.decoder.x:main")))  # not a package
+
+
+def test_callable_in_a_found_module_passes_without_importing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "gs_probe_pkg"
+    pkg.mkdir()
+    # importing the package would fail the test: the check must find it, not run it
+    (pkg / "__init__.py").write_text('raise RuntimeError("user code was imported")\n', encoding="utf-8")
+    (pkg / "train.py").write_text("def main():\n    return 0\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for target in ("gs_probe_pkg.train:main", "gs_probe_pkg:main"):
+        assert parse_policy(_with_callable(target), where="p.yaml").job.callable == target
+    assert "module 'gs_probe_pkg.nope' not found" in str(_error(_with_callable("gs_probe_pkg.nope:main")))
+    import sys
+
+    assert "gs_probe_pkg" not in sys.modules
+
+
+def test_callable_in_an_imported_module_passes() -> None:
+    assert parse_policy(_with_callable("scheduler.policy_io:load_policy"), where="p.yaml").job.callable
