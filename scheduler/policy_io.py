@@ -24,6 +24,32 @@ __all__ = ["load_policy", "parse_policy", "policy_json_schema"]
 _DOTTED = re.compile(r"^(?:Value error, )?([a-z_]+(?:\.[a-z_0-9]+)+)\b")
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping gives the same key twice (PyYAML would keep the last one silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a mapping key given twice, at the second occurrence's line."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                seen = first_line.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if seen is not None:
+                raise _DuplicateKey(
+                    None, None, f"duplicate key {key!r} (first given at line {seen}; YAML would keep only the last)",
+                    key_node.start_mark,
+                )
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def _node_at(node: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:
     for part in loc:
         if isinstance(node, yaml.MappingNode):
@@ -63,12 +89,13 @@ def parse_policy(text: str, *, where: str = "<policy>") -> Policy:
     """Validate policy YAML ``text``; raise :class:`PolicyError` naming ``where:line:col``."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PolicyError(f"{where}:{line}:{col}: YAML syntax error: {problem}", path=where, line=line, column=col) from None
+        kind = "" if isinstance(exc, _DuplicateKey) else "YAML syntax error: "
+        raise PolicyError(f"{where}:{line}:{col}: {kind}{problem}", path=where, line=line, column=col) from None
     if root is None or data is None:
         raise PolicyError(f"{where}:1:1: the policy file is empty", path=where, line=1, column=1)
     if not isinstance(data, dict):

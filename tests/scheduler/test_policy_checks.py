@@ -165,3 +165,19 @@ def test_callable_in_a_found_module_passes_without_importing_it(tmp_path: Path, 
 
 def test_callable_in_an_imported_module_passes() -> None:
     assert parse_policy(_with_callable("scheduler.policy_io:load_policy"), where="p.yaml").job.callable
+
+
+def test_duplicate_key_is_rejected_at_the_second_occurrence() -> None:
+    text = EXAMPLE.replace("  zone: MISO_MASON_CITY", "  zone: MISO_MASON_CITY\n  zone: DE")
+    err = _error(text)
+    assert str(err).startswith(f"p.yaml:{_line_of(text, 'zone: DE')}:3: duplicate key 'zone' (first given at line {_line_of(text, 'zone: MISO')}")
+
+
+def test_duplicate_key_in_a_flow_mapping_and_at_top_level() -> None:
+    assert "duplicate key 'country'" in str(_error(EXAMPLE.replace("{country: USA}", "{country: USA, country: DEU}")))
+    text = EXAMPLE + "\nbackend:\n  name: simulated\n"
+    assert str(_error(text)).startswith(f"p.yaml:{len(text.splitlines()) - 1}:1: duplicate key 'backend'")
+
+
+def test_same_key_in_different_mappings_is_fine() -> None:
+    assert parse_policy(EXAMPLE, where="p.yaml").modes["efficiency"].power_limit_fraction == 0.6  # 'power_limit_fraction' twice
