@@ -103,7 +103,8 @@ def parse_policy(text: str, *, where: str = "<policy>") -> Policy:
     try:
         policy = Policy.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
+        # an unknown key usually explains the rest (a misspelt 'rule:' also makes 'rules' missing): report it first
+        errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
         first = errors[0]
         loc = _clean_loc(tuple(first["loc"]))
         msg = first["msg"]

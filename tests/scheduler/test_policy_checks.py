@@ -181,3 +181,15 @@ def test_duplicate_key_in_a_flow_mapping_and_at_top_level() -> None:
 
 def test_same_key_in_different_mappings_is_fine() -> None:
     assert parse_policy(EXAMPLE, where="p.yaml").modes["efficiency"].power_limit_fraction == 0.6  # 'power_limit_fraction' twice
+
+
+def test_unknown_key_is_reported_before_the_missing_key_it_explains() -> None:
+    text = EXAMPLE.replace("\nrules:\n", "\nrule:\n")
+    err = _error(text)
+    assert str(err).startswith(f"p.yaml:{_line_of(text, 'rule:')}:1: rule: unknown key 'rule'"), str(err)
+    assert str(err).endswith("[and 1 more error(s)]")
+
+
+def test_error_order_is_otherwise_kept() -> None:
+    text = EXAMPLE.replace("expected_duration_s: 5", "expected_duration_s: -1").replace("horizon_s: 86400", "horizon_s: -1")
+    assert "rules.horizon_s" in str(_error(text))  # the earlier of two value errors, as before
