@@ -99,3 +99,15 @@ def test_old_label_only_files_still_load_for_sources_without_options(tmp_path: P
 
     CarbonMonitor([SourceSpec("static", lambda: StaticProvider(g_per_kwh=7))], cache_dir=tmp_path).read(T0)
     assert (tmp_path / "static.json").exists()
+
+
+@pytest.mark.xfail(reason="flows/sources.py must pass options= to SourceSpec (one line for the lead; see report)", strict=False)
+def test_policy_sources_carry_their_options_into_the_cache_key(tmp_path: Path) -> None:
+    from flows.sources import monitor_for
+    from scheduler.policy_io import parse_policy
+
+    trace = _trace(tmp_path / "a.csv", 100.0)
+    text = (Path(__file__).resolve().parents[2] / "examples" / "policy.yaml").read_text(encoding="utf-8")
+    policy = parse_policy(text.replace("column: hist", f"path: {trace}\n    column: a"), where="p.yaml")
+    keys = [spec.cache_key for spec in monitor_for(policy).sources]
+    assert keys[0] != "trace[MISO_MASON_CITY]" and keys[0].startswith("trace[MISO_MASON_CITY]#")
