@@ -13,7 +13,8 @@ What happens on each ``read(now)``, per source in the chain (e.g. electricitymap
    after it had none) and, on a cold cache or after a gap, its history. A missing forecast or
    history is a *note*, not a failure; the built-in forecaster (:mod:`carbon.forecast`, learned
    from the cached history) fills a missing forecast.
-3. A success is written to the on-disk cache (one JSON file per source, surviving restarts).
+3. A success is written to the on-disk cache (one JSON file per source and options hash, surviving
+   restarts; see :func:`carbon.cache.cache_key`).
 4. A failure is recorded (``"label: reason"``). If the same source has a cached answer younger than
    ``max_staleness``, that is served, marked ``stale=True`` - the same signal, slightly old, beats
    switching to a different kind of signal. Otherwise the next source is tried.
@@ -28,9 +29,9 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
-from carbon.cache import CacheEntry, SignalCache
+from carbon.cache import CacheEntry, SignalCache, cache_key
 from carbon.errors import CarbonError, RateLimited
 from carbon.forecast import ForecasterName, forecast_series
 from carbon.providers.base import Provider
@@ -45,10 +46,20 @@ class AllSourcesFailed(CarbonError):
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """A named way to build a provider (built lazily, so a broken fallback costs nothing until needed)."""
+    """A named way to build a provider (built lazily, so a broken fallback costs nothing until needed).
+
+    ``options`` are what decides the source's data (provider, zone, base URL, trace path and
+    column, ...): a short hash of them is part of the cache key (:func:`carbon.cache.cache_key`),
+    so a source with other options never reads this one's cached values. Secrets are ignored.
+    """
 
     label: str
     build: Callable[[], Provider]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def cache_key(self) -> str:
+        return cache_key(self.label, self.options)
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,10 @@ class Reading:
     """One answer of the monitor, with its provenance.
 
     ``served_from`` is ``live`` (fetched now) or ``cache`` (the source's last good answer, from
-    ``fetched_at``); ``stale`` is true when a cached answer was served because the source failed.
+    ``fetched_at``, read from the cache under the source's label and options hash); ``stale`` is
+    true when a cached answer was served because the source failed (``served_from == "cache"``
+    and ``stale`` false: served from cache on purpose, within ``refresh_after``). Report both, so
+    a run on cached numbers says so.
     ``forecast_by`` names who made the forecast: ``provider``, ``forecast:seasonal`` (built in), or
     empty when there is none. ``failures`` are the sources that failed before this one (and why);
     ``notes`` are non-fatal gaps (no forecast, no history).
@@ -172,7 +186,7 @@ class CarbonMonitor:
                     notes.append(f"{spec.label}: no forecast ({exc}); built-in forecaster: {exc2}")
         entry = CacheEntry(label=spec.label, fetched_at=now, zone=provider.zone, current=current, forecast=forecast,
                            forecast_by=forecast_by, observed=tuple(observed_series))
-        return self._cache.save(entry), notes
+        return self._cache.save(entry, key=spec.cache_key), notes
 
     def _reading(self, entry: CacheEntry, now: datetime, *, served_from: Literal["live", "cache"], stale: bool,
                  failures: list[str], notes: list[str]) -> Reading:
@@ -201,7 +215,7 @@ class CarbonMonitor:
     def _read(self, now: datetime) -> Reading:
         failures: list[str] = []
         for spec in self.sources:
-            cached = self._cache.load(spec.label)
+            cached = self._cache.load(spec.cache_key)
             rest = self._rest.get(spec.label)
             if rest is not None and now < rest.until:
                 failures.append(f"{spec.label}: resting until {rest.until:%H:%M:%S} UTC after: {rest.why}")

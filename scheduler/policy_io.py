@@ -17,10 +17,37 @@ from pydantic import ValidationError
 
 from scheduler.errors import PolicyError
 from scheduler.policy import Policy
+from scheduler.policy_checks import Problem, policy_problems
 
 __all__ = ["load_policy", "parse_policy", "policy_json_schema"]
 
 _DOTTED = re.compile(r"^(?:Value error, )?([a-z_]+(?:\.[a-z_0-9]+)+)\b")
+
+
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping gives the same key twice (PyYAML would keep the last one silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a mapping key given twice, at the second occurrence's line."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                seen = first_line.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if seen is not None:
+                raise _DuplicateKey(
+                    None, None, f"duplicate key {key!r} (first given at line {seen}; YAML would keep only the last)",
+                    key_node.start_mark,
+                )
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 def _node_at(node: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:
@@ -62,20 +89,22 @@ def parse_policy(text: str, *, where: str = "<policy>") -> Policy:
     """Validate policy YAML ``text``; raise :class:`PolicyError` naming ``where:line:col``."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PolicyError(f"{where}:{line}:{col}: YAML syntax error: {problem}", path=where, line=line, column=col) from None
+        kind = "" if isinstance(exc, _DuplicateKey) else "YAML syntax error: "
+        raise PolicyError(f"{where}:{line}:{col}: {kind}{problem}", path=where, line=line, column=col) from None
     if root is None or data is None:
         raise PolicyError(f"{where}:1:1: the policy file is empty", path=where, line=1, column=1)
     if not isinstance(data, dict):
         raise PolicyError(f"{where}:1:1: a policy must be a mapping of keys (carbon, modes, rules, job, ...)", path=where, line=1, column=1)
     try:
-        return Policy.model_validate(data)
+        policy = Policy.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
+        # an unknown key usually explains the rest (a misspelt 'rule:' also makes 'rules' missing): report it first
+        errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
         first = errors[0]
         loc = _clean_loc(tuple(first["loc"]))
         msg = first["msg"]
@@ -98,6 +127,18 @@ def parse_policy(text: str, *, where: str = "<policy>") -> Policy:
         raise PolicyError(
             f"{where}:{line}:{col}: {path}: {msg}{detail}{more}", path=where, line=line, column=col, more=len(errors) - 1
         ) from None
+    problems = policy_problems(policy)
+    if problems:
+        _raise_problem(root, problems[0], where=where, more=len(problems) - 1)
+    return policy
+
+
+def _raise_problem(root: yaml.Node, problem: Problem, *, where: str, more: int) -> None:
+    node = _key_node(root, problem.loc) if problem.at_key else _node_at(root, problem.loc)
+    line, col = node.start_mark.line + 1, node.start_mark.column + 1
+    path = ".".join(str(p) for p in problem.loc)
+    extra = f" [and {more} more error(s)]" if more else ""
+    raise PolicyError(f"{where}:{line}:{col}: {path}: {problem.message}{extra}", path=where, line=line, column=col, more=more)
 
 
 def load_policy(path: str | Path) -> Policy:

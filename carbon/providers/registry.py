@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from carbon.errors import CarbonError
 from carbon.providers.base import Provider
 
-__all__ = ["PROVIDERS", "get_provider", "provider_names"]
+__all__ = ["PROVIDERS", "get_provider", "provider_class", "provider_names", "provider_option_names"]
 
 #: name -> "module:Class"
 PROVIDERS: dict[str, str] = {
@@ -29,11 +30,38 @@ def provider_names() -> list[str]:
     return sorted(PROVIDERS)
 
 
-def get_provider(name: str, **options: Any) -> Provider:
-    """Build provider ``name`` with ``options`` (zone, base_url, client, path, ...)."""
+#: constructor parameters that are code seams (test doubles, injected clocks) or set by the provider
+#: class itself when it calls its base: a policy file cannot give them, so they are not options
+_NOT_OPTIONS = frozenset({"self", "client", "transport", "sleep", "clock", "classify", "series"})
+
+
+def provider_class(name: str) -> type[Provider]:
+    """The class registered as ``name``, imported now (nothing is constructed)."""
     target = PROVIDERS.get(name)
     if target is None:
         raise UnknownProvider(f"unknown carbon provider {name!r} (known: {', '.join(provider_names())})")
     module_name, _, cls_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(**options)
+    return getattr(importlib.import_module(module_name), cls_name)  # type: ignore[no-any-return]
+
+
+def provider_option_names(name: str) -> frozenset[str] | None:
+    """The option names provider ``name`` accepts (``zone`` and ``base_url`` included), read from
+    its constructor's signature and, while a constructor passes ``**kwargs`` on, its base classes'.
+    ``None`` when the chain ends in ``**kwargs`` nobody names (anything goes)."""
+    names: set[str] = set()
+    for cls in provider_class(name).__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        if cls is object:
+            return frozenset(names - _NOT_OPTIONS)
+        params = inspect.signature(init).parameters.values()
+        names.update(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return frozenset(names - _NOT_OPTIONS)
+    return None
+
+
+def get_provider(name: str, **options: Any) -> Provider:
+    """Build provider ``name`` with ``options`` (zone, base_url, client, path, ...)."""
+    return provider_class(name)(**options)
