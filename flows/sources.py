@@ -27,9 +27,14 @@ def _label(source: CarbonSource) -> str:
     return source.provider + (f"[{source.zone}]" if source.zone else "")
 
 
+def _identity(source: CarbonSource) -> dict[str, Any]:
+    # what decides the source's data: hashed into its cache key (secrets are dropped there)
+    return {"provider": source.provider, "zone": source.zone, "base_url": source.base_url, **source.options}
+
+
 def monitor_for(policy: Policy) -> CarbonMonitor:
     chain = [policy.carbon, *policy.carbon.fallbacks]
-    specs = [SourceSpec(label=_label(s), build=(lambda s=s: provider_for(s))) for s in chain]
+    specs = [SourceSpec(label=_label(s), build=(lambda s=s: provider_for(s)), options=_identity(s)) for s in chain]
     return CarbonMonitor(specs, forecast_horizon=timedelta(seconds=policy.carbon.forecast_horizon_s),
                          max_staleness=timedelta(seconds=policy.carbon.max_staleness_s),
                          cache_dir=gridshift_home() / "carbon-cache")

@@ -101,7 +101,6 @@ def test_old_label_only_files_still_load_for_sources_without_options(tmp_path: P
     assert (tmp_path / "static.json").exists()
 
 
-@pytest.mark.xfail(reason="flows/sources.py must pass options= to SourceSpec (one line for the lead; see report)", strict=False)
 def test_policy_sources_carry_their_options_into_the_cache_key(tmp_path: Path) -> None:
     from flows.sources import monitor_for
     from scheduler.policy_io import parse_policy
