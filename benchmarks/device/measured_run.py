@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 

@@ -9,13 +9,13 @@ Format ``gridshift.clock_plan`` version 1; a newer version is refused with both 
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from plans.dvfs._versioned_json import load_versioned
 from plans.dvfs.errors import PlanFileError
 from plans.dvfs.model import KernelTables
 from plans.dvfs.profile import KernelProfile
@@ -155,25 +155,8 @@ def load_plan(path: str | Path, *, gpu_model: str | None = None, sm_clocks_mhz: 
     Every failure is a :class:`PlanFileError` whose message starts with the file name.
     """
     p = Path(path)
-    try:
-        raw = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise PlanFileError(f"{p}: no such clock plan file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanFileError(f"{p}: cannot read clock plan: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise PlanFileError(f"{p}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
-    if not isinstance(raw, dict) or raw.get("format") != PLAN_FORMAT:
-        raise PlanFileError(f"{p}: not a gridshift clock plan (format must be {PLAN_FORMAT!r})")
-    version = raw.get("version")
-    if not isinstance(version, int) or version > PLAN_VERSION:
-        raise PlanFileError(f"{p}: clock plan version {version!r} is newer than this gridshift reads ({PLAN_VERSION})")
-    try:
-        plan = ClockPlan.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "plan"
-        raise PlanFileError(f"{p}: {loc}: {err['msg']}") from None
+    plan = load_versioned(p, ClockPlan, fmt=PLAN_FORMAT, version=PLAN_VERSION, what="clock plan",
+                          error_cls=PlanFileError)
     if gpu_model is not None and plan.gpu_model != gpu_model:
         raise PlanFileError(f"{p}: plan is for {plan.gpu_model!r}, this GPU is {gpu_model!r}")
     if workload_fingerprint is not None and plan.workload_fingerprint != workload_fingerprint:

@@ -428,7 +428,6 @@ def solve_arrays(t: np.ndarray, e: np.ndarray, default: int, *, epsilon: float, 
     """Solve on raw arrays. Returns (assignment, status, lower_bound_j, n_evals, method_used)."""
     pb = _plan_iv(t, e, default, epsilon=epsilon, tau_sw_s=tau_sw_s, eps_sw_j=eps_sw_j, d_min_s=d_min_s,
                   boundaries=boundaries, method=method, max_exact_points=max_exact_points)
-    reference = np.full(pb.n, pb.default, dtype=np.int64)
     # the incumbent: the best single clock within budget (always includes the reference)
     tot_t, tot_e = pb.t.sum(axis=0), pb.e.sum(axis=0)
     ok = tot_t <= pb.budget_s * (1 + 1e-12)

@@ -20,8 +20,9 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from plans.dvfs._versioned_json import load_versioned
 from plans.dvfs.errors import ProfileError
 
 __all__ = [
@@ -150,26 +151,8 @@ def workload_fingerprint(**shape: object) -> str:
 
 def load_profile(path: str | Path) -> KernelProfile:
     """Read and validate a profile file; every failure is a :class:`ProfileError` naming the file."""
-    p = Path(path)
-    try:
-        raw = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ProfileError(f"{p}: no such profile file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{p}: cannot read profile: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{p}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
-    if not isinstance(raw, dict) or raw.get("format") != PROFILE_FORMAT:
-        raise ProfileError(f"{p}: not a gridshift kernel profile (format must be {PROFILE_FORMAT!r})")
-    version = raw.get("version")
-    if not isinstance(version, int) or version > PROFILE_VERSION:
-        raise ProfileError(f"{p}: profile version {version!r} is newer than this gridshift reads ({PROFILE_VERSION})")
-    try:
-        return KernelProfile.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise ProfileError(f"{p}: {loc}: {err['msg']}") from None
+    return load_versioned(Path(path), KernelProfile, fmt=PROFILE_FORMAT, version=PROFILE_VERSION,
+                          what="kernel profile", error_cls=ProfileError)
 
 
 def save_profile(profile: KernelProfile, path: str | Path) -> Path:

@@ -36,7 +36,7 @@ def test_profile_plan_writes_an_executable_plan(tmp_path: Path) -> None:
 def test_profile_errors_exit_2_with_one_line(tmp_path: Path) -> None:
     res = runner.invoke(app, ["profile", "plan", str(tmp_path / "missing.json")])
     assert res.exit_code == 2
-    assert "gridshift: error:" in res.output and "no such profile file" in res.output and "Traceback" not in res.output
+    assert "gridshift: error:" in res.output and "no such kernel profile file" in res.output and "Traceback" not in res.output
     bad = tmp_path / "trace.json"
     bad.write_text('{"traceEvents": []}')
     res = runner.invoke(app, ["profile", "convert", str(bad), "--out", str(tmp_path / "p.json"), "--gpu-model", "X"])

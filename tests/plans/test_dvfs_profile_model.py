@@ -37,7 +37,7 @@ def test_round_trip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "text, fragment",
     [
-        (None, "no such profile file"),
+        (None, "no such kernel profile file"),
         ("{not json", "not JSON"),
         ('{"format": "other"}', "not a gridshift kernel profile"),
         ('{"format": "gridshift.kernel_profile", "version": 99}', "version 99 is newer"),
