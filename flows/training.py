@@ -136,10 +136,16 @@ def restore_settings(backend: Backend) -> None:
     backend.restore()
 
 
-@task(name="record report", cache_policy=NO_CACHE)
-def record_report(report: dict[str, Any], ledger_path: str | None) -> None:
+def write_ledger(report: dict[str, Any], ledger_path: str | None) -> None:
+    """The ledger is plain SQLite, written outside Prefect's task machinery on purpose: a run must be
+    recorded even when the Prefect API has gone (a SIGTERM sent to the whole process group also stops
+    the temporary server)."""
     with Ledger(ledger_path) as ledger:
         ledger.record(report)
+
+
+@task(name="record report", cache_policy=NO_CACHE)
+def publish_artifact(report: dict[str, Any]) -> None:
     create_markdown_artifact(key=artifact_key(report["job"]), markdown=report_markdown(report),
                              description=f"gridshift run {report['run_id']}")
 
@@ -300,11 +306,15 @@ def carbon_aware_training(
         warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=extra,
     ).to_json()
     try:
-        record_report(report, ledger_path)
+        write_ledger(report, ledger_path)
     except BaseException as exc:
         if raised is None:
             raise
         logger.warning("run not recorded: %s: %s", type(exc).__name__, exc)
+    try:
+        publish_artifact(report)
+    except Exception as exc:  # the ledger has the report; a missing artifact must not fail the run
+        logger.warning("Prefect artifact not written: %s: %s", type(exc).__name__, exc)
     if raised is not None:
         raise raised
     return report
