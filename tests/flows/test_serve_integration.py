@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -46,6 +48,22 @@ def _service(db, plan):
     return service
 
 
+@contextmanager
+def _api_for_all_threads(api: str) -> Iterator[None]:
+    """Point Prefect at ``api`` here and in APScheduler's worker threads, where the trigger runs.
+
+    A new thread starts without this thread's settings context and falls back to Prefect's process-global
+    one, which the session's ``prefect_harness`` (when an earlier test used it) points at its own server.
+    Replacing the global context is what ``prefect_test_harness`` itself does.
+    """
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+            yield
+
+
 def _flow_runs(api: str, deployment_id: str) -> list[dict]:
     resp = httpx.post(f"{api}/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment_id]}}}, timeout=10)
     resp.raise_for_status()
@@ -60,11 +78,9 @@ def test_serve_triggers_the_real_deployment_once(prefect_server, tmp_path, monke
     dep = json.loads(out.stdout)
     assert dep["name"] == "gridshift-nightly/nightly-retrain" and dep["cron"] == ""
 
-    # the trigger runs in APScheduler's worker thread, which reads Prefect's settings from the environment
     for name, value in env.items():
         if name.startswith("PREFECT_"):
             monkeypatch.setenv(name, value)
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.sources import monitor_for
     from scheduler.planning import plan_runs
@@ -79,7 +95,7 @@ def test_serve_triggers_the_real_deployment_once(prefect_server, tmp_path, monke
                          extra={"deployment": dep["name"], "policy_path": str(POLICY)})
 
     db = tmp_path / "serve.sqlite"
-    with temporary_settings(updates={PREFECT_API_URL: api}):
+    with _api_for_all_threads(api):
         with time_machine.travel(PLANNED_AT, tick=True):
             first = _service(db, plan)
             first.start()
