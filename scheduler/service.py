@@ -103,6 +103,8 @@ class PlanningService:
         self.misfire_grace_s = misfire_grace_s
         self.log = log
         self._lock = threading.Lock()  # the poll job and callers may re-plan at the same time
+        # keys seen in the persistent store: one of these gone from it while overdue is firing right now
+        self._stored: set[str] = set()
 
     @staticmethod
     def build_scheduler(db_path: str | Path, *, blocking: bool = False) -> Any:
@@ -143,8 +145,11 @@ class PlanningService:
             if run.key in done:
                 continue
             job = self.scheduler.get_job(run.key, jobstore="default")
-            if job is None and run.run_at <= now:
-                # overdue and no longer stored: it is firing right now (or fired); never add it twice
+            if job is not None:
+                self._stored.add(run.key)
+            elif run.run_at <= now and run.key in self._stored:
+                # overdue and no longer stored: it is firing right now (or fired); never add it twice.
+                # A run never stored whose best start is now is added below and fires at once.
                 continue
             if job is not None and job.next_run_time is not None and \
                     abs((job.next_run_time - run.run_at).total_seconds()) <= self.move_tolerance_s:
@@ -153,6 +158,7 @@ class PlanningService:
                                    replace_existing=True, misfire_grace_time=int(self.misfire_grace_s),
                                    kwargs={"trigger_ref": self.trigger_ref, "key": run.key, "db_path": self.db_path,
                                            "kwargs": run.kwargs})
+            self._stored.add(run.key)
             self.log(f"{'moved' if job else 'planned'} {run.key} to {run.run_at:%Y-%m-%d %H:%M} UTC"
                      + (f": {run.reason}" if run.reason else ""))
             changed.append(run)

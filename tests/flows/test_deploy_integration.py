@@ -1,72 +1,22 @@
 """Acceptance 2: `gridshift deploy` on a real local Prefect server; the planning run, picked up by a
 process worker, defers the job as a Scheduled flow run at the chosen time (no worker slot held).
 
-Loopback only; PREFECT_HOME in tmp; the server runs in its own process group and is killed with it.
-Skips cleanly when the server does not come up within 90 s.
+Loopback only; the server (fixture ``prefect_server`` in conftest.py) runs in its own process group and is
+killed with it; skips cleanly when the server does not come up within 90 s.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+from tests.flows.local_server import BIN, run_cli
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def prefect_server(tmp_path):
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_API_URL=f"http://127.0.0.1:{port}/api", PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW="ignore",
-               GRIDSHIFT_HOME=str(tmp_path / "gridshift-home"))
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                             "--analytics-off"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        up = False
-        for _ in range(180):  # up to 90 s
-            if proc.poll() is not None:
-                break
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).json() is True:
-                    up = True
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.5)  # polling a subprocess's readiness, not timing the code under test
-        if not up:
-            pytest.skip("the local Prefect server did not start within 90 s")
-        yield env
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        log.close()
 
 
 def _write_trace_and_policy(tmp_path: Path, now: datetime) -> tuple[Path, datetime]:
@@ -100,24 +50,20 @@ backend: {{name: simulated}}
     return policy, valley
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
 def test_deploy_and_defer_as_a_scheduled_flow_run(prefect_server, tmp_path):
     env = prefect_server
     api = env["PREFECT_API_URL"]
     policy, valley = _write_trace_and_policy(tmp_path, datetime.now(timezone.utc))
 
-    out = _run([str(BIN / "gridshift"), "deploy", str(policy), "--pool", "it-pool", "--json"], env)
+    out = run_cli([str(BIN / "gridshift"), "deploy", str(policy), "--pool", "it-pool", "--json"], env)
     assert out.returncode == 0, out.stderr
     dep = json.loads(out.stdout)
     assert dep["name"] == "gridshift-nightly/it-nightly" and dep["cron"] == "0 3 * * *"
 
     # the planning run: what the cron creates every night, triggered now
-    out = _run([str(BIN / "prefect"), "deployment", "run", dep["name"]], env)
+    out = run_cli([str(BIN / "prefect"), "deployment", "run", dep["name"]], env)
     assert out.returncode == 0, out.stderr
-    out = _run([str(BIN / "prefect"), "worker", "start", "--pool", "it-pool", "--run-once"], env, timeout=120)
+    out = run_cli([str(BIN / "prefect"), "worker", "start", "--pool", "it-pool", "--run-once"], env, timeout=120)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
 
     runs = httpx.post(f"{api}/flow_runs/filter", json={"deployments": {"id": {"any_": [dep["deployment_id"]]}}},

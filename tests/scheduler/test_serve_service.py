@@ -90,6 +90,40 @@ def test_replan_moves_a_run_when_the_forecast_changes(tmp_path):
     svc.shutdown()
 
 
+def _clocked_service(db: Path, plan, clock: dict) -> PlanningService:
+    return PlanningService(scheduler=PlanningService.build_scheduler(db), db_path=db, plan=plan, trigger_ref=TRIGGER,
+                           poll_interval_s=3600, now=lambda: clock["now"])
+
+
+def test_a_run_first_planned_for_now_is_scheduled(tmp_path):
+    """Regression: a run whose best start is the planning instant (serve started inside a clean window)
+    was taken for one already firing and skipped at every poll, so it never ran."""
+    db = tmp_path / "jobs.sqlite"
+    # the injected clock runs a day ahead of the real one, so the paused scheduler finds nothing due
+    clock = {"now": datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)}
+    svc = _clocked_service(db, lambda now: [PlannedRun(key="nightly@tomorrow", run_at=now)], clock)
+    svc.scheduler.start(paused=True)
+    assert [r.key for r in svc.replan()] == ["nightly@tomorrow"]
+    assert svc.planned() == {"nightly@tomorrow": clock["now"]}
+    svc.shutdown()
+
+
+def test_a_stored_run_gone_from_the_store_while_due_is_not_added_again(tmp_path):
+    """APScheduler drops a date job from the store when it submits it, before fire() claims the key."""
+    db = tmp_path / "jobs.sqlite"
+    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
+    clock = {"now": start - timedelta(hours=2)}
+    svc = _clocked_service(db, lambda now: [PlannedRun(key="k", run_at=max(now, start))], clock)
+    svc.scheduler.start(paused=True)
+    svc.replan()
+    assert set(svc.planned()) == {"k"}
+    svc.scheduler.remove_job("k", jobstore="default")  # what APScheduler does when the run is submitted
+    clock["now"] = start + timedelta(seconds=30)
+    assert svc.replan() == []
+    assert svc.planned() == {}
+    svc.shutdown()
+
+
 def test_fire_claims_a_key_once(tmp_path, monkeypatch):
     probe = tmp_path / "fired.jsonl"
     monkeypatch.setenv("GRIDSHIFT_PROBE_FILE", str(probe))
