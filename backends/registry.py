@@ -51,23 +51,26 @@ def load_backend_class(name: str) -> type[Backend]:
 
 
 def nvml_sees_gpu() -> bool:
-    """True when the NVIDIA driver answers and reports at least one GPU. Changes nothing."""
+    """True when the NVIDIA driver answers and reports at least one GPU. Changes nothing.
+
+    Goes through the NVIDIA backend's own loader, so ``auto`` sees the same binding the backend will
+    use (``$GRIDSHIFT_NVML_MODULE``, the refusal of the unofficial ``pynvml`` package).
+    """
+    from backends.nvidia._nvml import Nvml, load_nvml_module
+
     try:
-        import pynvml  # type: ignore[import-untyped]
-    except ImportError:
+        lib = Nvml(load_nvml_module())
+        lib.init()
+    except BackendError:  # no binding, LibraryNotFound, DriverNotLoaded: no GPU here
         return False
     try:
-        pynvml.nvmlInit()
-    except Exception:  # LibraryNotFound / DriverNotLoaded: no GPU here
-        return False
-    try:
-        return pynvml.nvmlDeviceGetCount() > 0
-    except Exception:
+        return lib.device_count() > 0
+    except BackendError:
         return False
     finally:
         try:
-            pynvml.nvmlShutdown()
-        except Exception:
+            lib.shutdown()
+        except BackendError:
             pass
 
 

@@ -27,6 +27,7 @@ from backends.errors import NoPermission
 from backends.safety import install_restore_handlers
 from backends.registry import create_backend
 from carbon.monitor import CarbonMonitor, Reading
+from carbon.series import as_utc
 from flows.artifacts import artifact_key, report_markdown
 from flows.job import JobFailed, JobHandle, start_callable, start_command
 from flows.sources import monitor_for
@@ -190,7 +191,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def _utc(iso: str | None) -> datetime | None:
-    return datetime.fromisoformat(iso).astimezone(timezone.utc) if iso else None
+    # naive timestamps are UTC, as everywhere in gridshift (carbon.series.as_utc)
+    return as_utc(datetime.fromisoformat(iso)) if iso else None
 
 
 @flow(name="carbon_aware_training", log_prints=True, validate_parameters=False)

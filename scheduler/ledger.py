@@ -94,6 +94,14 @@ class Ledger:
         except sqlite3.Error as exc:
             raise LedgerError(f"{self.path}: cannot record run: {exc}") from None
 
+    def get(self, run_id: str) -> dict[str, Any] | None:
+        """The report of run ``run_id``, or None when it was never recorded."""
+        try:
+            row = self._db.execute("SELECT report FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{self.path}: cannot read run {run_id}: {exc}") from None
+        return json.loads(row[0]) if row else None
+
     def runs(self, *, job: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Reports, newest first."""
         sql = "SELECT report FROM runs"

@@ -93,6 +93,11 @@ def _validate(values: np.ndarray, step_s: float, earliest_s: float, deadline_s: 
     return arr
 
 
+def _safety_margin_s(duration_s: float, step_s: float, safety_margin_s: float | None) -> float:
+    """Slack kept before the deadline: 10 % of the job (at least one step) unless given."""
+    return max(0.1 * duration_s, step_s) if safety_margin_s is None else max(safety_margin_s, 0.0)
+
+
 def best_start(
     forecast_g_per_kwh: np.ndarray,
     *,
@@ -113,7 +118,7 @@ def best_start(
     a start before ``earliest_s`` or one that would end after ``deadline_s``.
     """
     values = _validate(forecast_g_per_kwh, step_s, earliest_s, deadline_s, duration_s)
-    margin = max(0.1 * duration_s, step_s) if safety_margin_s is None else max(safety_margin_s, 0.0)
+    margin = _safety_margin_s(duration_s, step_s, safety_margin_s)
     latest = deadline_s - duration_s - margin
     if latest < earliest_s:  # no room for a margin: run as early as possible, which is the safest
         latest = earliest_s
@@ -161,7 +166,7 @@ def plan_slots(
                         power_w=power_w, min_gain=min_gain, safety_margin_s=safety_margin_s)
     one_block = SlotPlan(((single.start_s, single.start_s + duration_s),), single.expected_g, single.reference_g, False,
                          single.reason)
-    margin = max(0.1 * duration_s, step_s) if safety_margin_s is None else max(safety_margin_s, 0.0)
+    margin = _safety_margin_s(duration_s, step_s, safety_margin_s)
     usable_end = deadline_s - margin
     n_slots = int(math.floor((usable_end - earliest_s) / slot_s + 1e-9))
     need = int(math.ceil(duration_s / slot_s - 1e-9))

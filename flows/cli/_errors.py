@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import click
 import typer
 
 __all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "EXIT_ENV", "exit_code_for", "exit_code_for_type", "fail", "run_guarded"]
@@ -54,23 +53,19 @@ def run_guarded(app: Any) -> int:
         return rc if isinstance(rc, int) else EXIT_OK
     except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         print("gridshift: interrupted", file=sys.stderr)
         return 130
-    except click.ClickException as exc:
+    except typer.TyperException as exc:  # usage errors from typer's own (vendored) click
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gridshift`: help was printed
             return EXIT_OK
-        exc.show()
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print(f"gridshift: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        print("gridshift: interrupted", file=sys.stderr)
-        return 130
     except Exception as exc:  # a bug: say so in one line; GRIDSHIFT_DEBUG=1 shows the traceback
-        if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # typer's own (vendored) click errors
-            if type(exc).__name__ == "NoArgsIsHelpError":
-                return EXIT_OK
-            exc.show()
-            return EXIT_INPUT
         import os
 
         if os.environ.get("GRIDSHIFT_DEBUG"):

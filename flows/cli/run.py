@@ -119,14 +119,14 @@ def run(
         sys.stdout = real_stdout
         signal.signal(signal.SIGTERM, previous)
     with Ledger() as ledger:
-        found = [r for r in ledger.runs(limit=50) if r["run_id"] == run_id]
-    if not found:
+        # by key: a list of recent runs could miss this one while other runs finish concurrently
+        report = ledger.get(run_id)
+    if report is None:
         if terminated:
             print("gridshift: terminated before the run was recorded", file=sys.stderr)
             raise typer.Exit(130 if interrupted else EXIT_TERMINATED)
         exc = state.result(raise_on_failure=False)
         raise fail(exc if isinstance(exc, BaseException) else f"run {run_id} failed before it could be recorded")
-    report = found[0]
     if json_out:
         typer.echo(json.dumps(report, sort_keys=True))
     else:

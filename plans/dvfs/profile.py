@@ -15,8 +15,6 @@ A profile file is versioned JSON (``format = "gridshift.kernel_profile"``, ``ver
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from plans.dvfs._versioned_json import load_versioned
 from plans.dvfs.errors import ProfileError
+from plans.profile_store import workload_fingerprint  # one hash for power profiles and kernel profiles
 
 __all__ = [
     "PROFILE_FORMAT",
@@ -143,10 +142,6 @@ class KernelProfile(_Frozen):
         return tuple(seen)
 
 
-def workload_fingerprint(**shape: object) -> str:
-    """A short stable hash of a workload's shape (model dims, batch, dtype, library versions)."""
-    text = json.dumps(shape, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def load_profile(path: str | Path) -> KernelProfile:

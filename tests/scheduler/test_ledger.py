@@ -41,3 +41,11 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(LedgerError, match="newer"):
         Ledger(path)
+
+
+def test_get_by_run_id(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        for i in range(60):
+            ledger.record(_report(f"r{i}", f"2026-01-01T00:{i:02d}:00+00:00"))
+        assert ledger.get("r0")["run_id"] == "r0"  # older than any "recent runs" window
+        assert ledger.get("nope") is None
