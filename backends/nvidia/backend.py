@@ -206,6 +206,11 @@ class NvidiaBackend(Backend):
         for path, problem in self.journal.unreadable():
             if path not in ours:
                 notes.append(f"ignored: {problem} (not a GPU here; kept)")
+        if os.environ.get(READ_ONLY_ENV) == "1":
+            # every setter is refused in this mode, so say so up front: the run is measure-only from
+            # the probe on, and no report shows a limit as applied that was never written
+            allowed = False
+            notes.append(f"{READ_ONLY_ENV}=1 (read-only mode)")
         names = {d.name for d in self._devices}
         if len(names) > 1:
             notes.append("mixed GPU models: ranges shown are GPU " + str(first.index) + "'s")

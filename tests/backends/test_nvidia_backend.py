@@ -286,3 +286,11 @@ def test_read_only_env_blocks_every_write_before_the_driver(tmp_path: Path, monk
     assert applied.changed == ()
     assert applied.skipped
     assert _gpu(fake)["power_limit_mw"] == 700_000
+
+
+def test_read_only_env_makes_the_probe_say_measure_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flow decides measure-only from the probe, so a read-only run never reports a limit as applied."""
+    monkeypatch.setenv("GRIDSHIFT_NVML_READ_ONLY", "1")
+    backend, _, _ = make_backend(tmp_path)
+    caps = backend.capabilities()
+    assert not caps.can_control and "GRIDSHIFT_NVML_READ_ONLY=1" in caps.control_note
