@@ -21,8 +21,9 @@ def main(trace_path: str) -> None:
     from backends.simulated import SimulatedBackend
     from carbon.trace_file import read_trace
     from scheduler.policy_io import load_policy
-    from scheduler.sim_forecast import DailyProfileForecaster
-    from scheduler.simulate import cron_occurrences, model_from_backend, resample, simulate
+    from simulation.sim_forecast import DailyProfileForecaster
+    from scheduler.cron import cron_occurrences
+    from simulation.simulate import model_from_backend, resample, simulate
 
     policy = load_policy(REPO / "examples" / "nightly.yaml")
     model = model_from_backend(policy, SimulatedBackend())

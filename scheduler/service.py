@@ -171,7 +171,7 @@ class PlanningService:
 
 def nominal_runs(cron: str, now: datetime, *, earliest_start_s: float, deadline_s: float, horizon: timedelta) -> list[datetime]:
     """Nominal times whose window ``[nominal + earliest, nominal + deadline]`` is still open and starts within ``horizon``."""
-    from scheduler.simulate import cron_occurrences
+    from scheduler.cron import cron_occurrences
 
     lo = now - timedelta(seconds=deadline_s)
     hi = now + horizon - timedelta(seconds=min(earliest_start_s, 0.0))

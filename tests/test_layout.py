@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-ROOMS = ("carbon", "backends", "plans", "scheduler", "flows")
+ROOMS = ("carbon", "backends", "plans", "scheduler", "simulation", "flows")
 # what each room may import from the others
 ALLOWED = {
     "carbon": set(),
     "backends": set(),
     "plans": {"carbon", "backends"},
     "scheduler": {"carbon", "backends", "plans"},
-    "flows": {"carbon", "backends", "plans", "scheduler"},
+    "simulation": {"carbon", "backends", "plans", "scheduler"},
+    "flows": {"carbon", "backends", "plans", "scheduler", "simulation"},
 }
 
 
@@ -41,7 +42,7 @@ def test_imports_point_one_way(room: str) -> None:
     assert not offenders, "\n".join(offenders)
 
 
-@pytest.mark.parametrize("room", ["carbon", "backends", "plans", "scheduler"])
+@pytest.mark.parametrize("room", ["carbon", "backends", "plans", "scheduler", "simulation"])
 def test_public_names_exist(room: str) -> None:
     module = importlib.import_module(room)
     assert hasattr(module, "__all__")
@@ -50,10 +51,10 @@ def test_public_names_exist(room: str) -> None:
 
 
 def test_core_rooms_do_not_import_prefect() -> None:
-    """carbon/backends/plans/scheduler stay usable (and fast to import) without a Prefect server."""
+    """carbon/backends/plans/scheduler/simulation stay usable (and fast to import) without a Prefect server."""
     import subprocess
     import sys
 
-    code = "import sys, carbon, backends, plans, scheduler; print('prefect' in sys.modules)"
+    code = "import sys, carbon, backends, plans, scheduler, simulation; print('prefect' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "False"

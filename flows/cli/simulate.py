@@ -56,8 +56,8 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     from carbon.trace_file import read_trace
     from scheduler.errors import PolicyError
     from scheduler.policy_io import load_policy
-    from scheduler.sim_forecast import DailyProfileForecaster, NoisyTraceForecaster
-    from scheduler.simulate import model_from_backend, model_from_profile, resample, simulate
+    from simulation.sim_forecast import DailyProfileForecaster, NoisyTraceForecaster
+    from simulation.simulate import model_from_backend, model_from_profile, resample, simulate
 
     t_begin = time.perf_counter()
     try:
@@ -92,7 +92,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     if summary["jobs"] == 0:
         raise fail(f"{trace}: the trace is shorter than one job window; nothing to simulate", EXIT_INPUT)
     if plot is not None:
-        from scheduler.sim_plot import PlotUnavailable, plot_simulation
+        from simulation.sim_plot import PlotUnavailable, plot_simulation
 
         try:
             plot_simulation(result, plot, title=f"{pol.job.name} on {trace.name}: {label}")

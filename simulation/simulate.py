@@ -27,12 +27,13 @@ import numpy as np
 
 from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.decide import ModeState, decide
+from scheduler.cron import cron_occurrences
 from scheduler.errors import PolicyError
 from scheduler.policy import Policy
 from scheduler.shifting import best_start_over_modes
-from scheduler.sim_forecast import GridForecaster, PerfectForecaster
+from simulation.sim_forecast import GridForecaster, PerfectForecaster
 
-__all__ = ["ModeModel", "JobOutcome", "SimulationResult", "simulate", "resample", "cron_occurrences",
+__all__ = ["ModeModel", "JobOutcome", "SimulationResult", "simulate", "resample",
            "model_from_backend", "model_from_profile"]
 
 _J_PER_KWH = 3.6e6
@@ -137,25 +138,6 @@ def resample(series: IntensitySeries, step_s: float | None = None) -> tuple[date
     grid = t0 + np.arange(int((end - t0) // step)) * step
     idx = np.searchsorted(starts, grid, side="right") - 1
     return datetime.fromtimestamp(t0, tz=timezone.utc), step, vals[np.clip(idx, 0, len(vals) - 1)]
-
-
-def cron_occurrences(cron: str, start: datetime, end: datetime) -> list[datetime]:
-    """Fire times of ``cron`` (UTC) in ``[start, end)``."""
-    from apscheduler.triggers.cron import CronTrigger
-
-    try:
-        trigger = CronTrigger.from_crontab(cron, timezone=timezone.utc)
-    except ValueError as exc:
-        raise PolicyError(f"job.cron: {exc}") from None
-    out: list[datetime] = []
-    prev = None
-    t = start
-    while True:
-        nxt = trigger.get_next_fire_time(prev, t)
-        if nxt is None or nxt >= end:
-            return out
-        out.append(nxt)
-        prev, t = nxt, nxt + timedelta(seconds=1)
 
 
 class _Trace:

@@ -12,12 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.sim_forecast import (
+from simulation.sim_forecast import (
     DailyProfileForecaster,
     NoisyTraceForecaster,
     PerfectForecaster,
 )
-from scheduler.simulate import ModeModel, cron_occurrences, resample, simulate
+from scheduler.cron import cron_occurrences
+from simulation.simulate import ModeModel, resample, simulate
 
 REPO = Path(__file__).resolve().parents[2]
 NIGHTLY = REPO / "examples" / "nightly.yaml"
@@ -115,7 +116,7 @@ def test_acceptance_on_real_2020_traces(nightly_policy, name):
         pytest.skip("../shared/data is not present (set GRIDSHIFT_SHARED_DATA)")
     from backends.simulated import SimulatedBackend
     from carbon.trace_file import read_trace
-    from scheduler.simulate import model_from_backend
+    from simulation.simulate import model_from_backend
 
     series = read_trace(shared_data / "carbon" / "lets-wait-awhile" / name)
     _, step_s, _ = resample(series)

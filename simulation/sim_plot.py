@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.simulate import SimulationResult
+from simulation.simulate import SimulationResult
 
 __all__ = ["plot_simulation", "PlotUnavailable"]
 
