@@ -1,0 +1,208 @@
+"""The planner: when a job runs, in which modes, and where it pauses. Pure; the only place that decides.
+
+``plan_run(series, job, modes, now=...)`` solves exactly (dynamic programming over forecast slots,
+work left and mode; see :mod:`scheduler.planner.solve`):
+
+    minimise  carbon (g) + objective.time_value_g_per_h x hours until the finish
+
+subject to the deadline (minus ``constraints.deadline_margin_s``), a minimum dwell per mode,
+contiguous running unless the job is pausable (each resume costs ``resume_overhead_s`` of work),
+and no start before ``job.not_before``. When the margin leaves no room the margin is dropped; when
+the deadline itself cannot be met the plan is the fastest finish and ``feasible`` is False.
+Every choice comes with one plain sentence (``RunPlan.reasons``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Sequence
+
+import numpy as np
+
+from carbon.series import IntensitySeries, as_utc
+from scheduler.planner.explain import explain
+from scheduler.planner.grid import slot_intensity
+from scheduler.planner.solve import account, fastest_slots, solve_slots
+
+__all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "Segment", "RunPlan", "plan_run", "plan_slots"]
+
+
+@dataclass(frozen=True)
+class ModeFigures:
+    """What one mode costs and how fast it works."""
+
+    name: str
+    power_w: float   # mean power of the job in this mode (all its GPUs), W
+    speed: float     # work per wall second in reference (clean-mode) seconds: 1.0 = the clean mode, 0.8 = 1.25x slower
+    source: str = "unspecified"
+    measured: bool = False
+
+    @property
+    def joules_per_work_s(self) -> float:
+        """Energy per reference second of work."""
+        return self.power_w / self.speed
+
+
+@dataclass(frozen=True)
+class PlanJob:
+    """The work to place."""
+
+    work_s: float                            # work left, reference-mode seconds
+    not_before: datetime                     # earliest start, tz-aware
+    deadline: datetime | None = None
+    pausable: bool = False
+    resume_overhead_s: float = 0.0           # extra reference-mode seconds of work per resume
+    running_mode: str | None = None          # the mode running now when re-planning mid-run
+    running_since: datetime | None = None
+    resuming: bool = False                   # paused with work done: starting again is a resume (costs the overhead)
+
+
+@dataclass(frozen=True)
+class Objective:
+    time_value_g_per_h: float = 0.0          # grams CO2 worth one hour earlier finish (0 = carbon only)
+
+
+@dataclass(frozen=True)
+class PlanConstraints:
+    min_dwell_s: float = 0.0
+    deadline_margin_s: float = 0.0
+    slot_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: datetime
+    end: datetime
+    mode: str
+    work_s: float
+    energy_j: float
+    carbon_g: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A plan: segments in time order; pauses are the gaps between them."""
+
+    start: datetime
+    segments: tuple[Segment, ...]
+    energy_j: float
+    carbon_g: float
+    finish: datetime
+    feasible: bool
+    reasons: tuple[str, ...]
+    slot_modes: tuple[str | None, ...] = field(default=(), repr=False)  # mode per slot from ``start`` (None = waiting)
+
+    def mode_at(self, t: datetime) -> str | None:
+        """The planned mode at ``t``; None before the start, in a pause, or after the finish."""
+        for s in self.segments:
+            if s.start <= t < s.end:
+                return s.mode
+        return None
+
+    def windows(self) -> list[tuple[datetime, datetime]]:
+        """Run windows: adjacent segments merged."""
+        out: list[tuple[datetime, datetime]] = []
+        for s in self.segments:
+            if out and abs((s.start - out[-1][1]).total_seconds()) < 1e-6:
+                out[-1] = (out[-1][0], s.end)
+            else:
+                out.append((s.start, s.end))
+        return out
+
+
+def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
+               objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints()) -> RunPlan:
+    """:func:`plan_run` on intensities already cut into slots of ``constraints.slot_s`` from ``now``.
+
+    ``intensity`` must cover the deadline (or the whole horizon of a job without one).
+    """
+    now = as_utc(now)
+    slot = float(constraints.slot_s)
+    names = [m.name for m in modes]
+    power = np.array([m.power_w for m in modes], dtype=float)
+    speed = np.array([m.speed for m in modes], dtype=float)
+    first = max(int(math.ceil((as_utc(job.not_before) - now).total_seconds() / slot - 1e-9)), 0)
+    dwell = max(int(math.ceil(constraints.min_dwell_s / slot - 1e-9)), 1)
+    running = names.index(job.running_mode) if job.running_mode in names else None
+    forced = 0
+    if running is not None:
+        first = 0
+        held = (now - as_utc(job.running_since)).total_seconds() if job.running_since else constraints.min_dwell_s
+        forced = max(int(math.ceil((constraints.min_dwell_s - held) / slot - 1e-9)), 0)
+
+    def horizon(margin_s: float) -> int:
+        if job.deadline is None:
+            return len(intensity)
+        return min(int(math.floor(((as_utc(job.deadline) - now).total_seconds() - margin_s) / slot + 1e-9)), len(intensity))
+
+    common = dict(slot_s=slot, work_s=job.work_s, first_start=first, dwell_slots=dwell, pausable=job.pausable,
+                  resume_overhead_s=job.resume_overhead_s, resuming=job.resuming,
+                  time_value_g_per_h=objective.time_value_g_per_h, running_mode=running, running_forced_slots=forced)
+    margin_dropped = False
+    sp = solve_slots(intensity, power, speed, deadline_slots=horizon(constraints.deadline_margin_s), **common)  # type: ignore[arg-type]
+    if not sp.feasible and constraints.deadline_margin_s > 0:
+        sp = solve_slots(intensity, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
+        margin_dropped = sp.feasible
+    if not sp.feasible:
+        sp = fastest_slots(first, job.work_s, speed, slot)
+        if running is not None and forced:
+            sp = fastest_slots(0, job.work_s, speed, slot)
+    c = np.concatenate((intensity, np.full(max(len(sp.modes) - len(intensity), 0), intensity[-1] if len(intensity) else 0.0)))
+    ran, energy, carbon, finish_s = account(sp.modes, c, power, speed, slot_s=slot, work_s=job.work_s,
+                                            resume_overhead_s=job.resume_overhead_s if job.pausable else 0.0,
+                                            resumes=sp.resumes)
+    segments: list[tuple[int, int, int, float]] = []  # (first slot, last slot, mode, seconds in last slot)
+    for k, m in enumerate(sp.modes):
+        if m < 0 or ran[k] <= 0:
+            continue
+        if segments and segments[-1][2] == m and segments[-1][1] == k - 1 and segments[-1][3] >= slot - 1e-9:
+            segments[-1] = (segments[-1][0], k, m, float(ran[k]))
+        else:
+            segments.append((k, k, m, float(ran[k])))
+    at = lambda s: now + timedelta(seconds=s)  # noqa: E731
+    built: list[Segment] = []
+    for a, b, m, last in segments:
+        secs = (b - a) * slot + last
+        e = power[m] * secs
+        g = float(np.sum(power[m] * ran[a:b + 1] * c[a:b + 1]) / 3.6e6)
+        built.append(Segment(start=at(a * slot), end=at(a * slot + secs), mode=names[m], work_s=float(speed[m] * secs),
+                             energy_j=float(e), carbon_g=g, reason=""))
+    start = built[0].start if built else at(first * slot)
+    finish = at(finish_s) if built else start
+    feasible = sp.feasible or (job.deadline is not None and finish <= as_utc(job.deadline))
+    if job.deadline is None:
+        feasible = True
+    reasons, seg_reasons = explain(built, list(modes), c, slot_s=slot, now=now, job=job, objective=objective,
+                                   first_slot=first, feasible=feasible, margin_dropped=margin_dropped,
+                                   deadline_margin_s=constraints.deadline_margin_s)
+    built = [Segment(s.start, s.end, s.mode, s.work_s, s.energy_j, s.carbon_g, r) for s, r in zip(built, seg_reasons)]
+    slot_modes = tuple(names[m] if m >= 0 else None for m in sp.modes)
+    return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
+                   feasible=feasible, reasons=tuple(reasons), slot_modes=slot_modes)
+
+
+def plan_run(series: IntensitySeries, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
+             objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints()) -> RunPlan:
+    """The carbon-optimal plan for ``job`` on the forecast ``series`` (see the module docstring).
+
+    The series is averaged into slots of ``constraints.slot_s`` from ``now``; past its end the last
+    value is carried forward. Without a deadline the horizon is the series' end, stretched when needed
+    so that the slowest mode can finish.
+    """
+    if not modes:
+        raise ValueError("plan_run needs at least one mode")
+    now = as_utc(now)
+    slot = float(constraints.slot_s)
+    slowest = min(m.speed for m in modes)
+    if job.deadline is not None:
+        end = as_utc(job.deadline)
+    else:
+        end = max(series.end if series else now, as_utc(job.not_before))
+    lead = max((as_utc(job.not_before) - now).total_seconds(), 0.0)
+    need = lead + (job.work_s + job.resume_overhead_s) / slowest + 2 * max(constraints.min_dwell_s, slot)
+    n = max(int(math.ceil(max((end - now).total_seconds(), need if job.deadline is None else 0.0) / slot)) + 1, 1)
+    intensity = slot_intensity(series, now, slot, n)
+    return plan_slots(intensity, job, modes, now=now, objective=objective, constraints=constraints)
