@@ -7,7 +7,8 @@ from scheduler.decide import Decision, ModeState, classify, decide, percentile_r
 from scheduler.errors import LedgerError, PolicyError, SchedulerError
 from scheduler.ledger import Ledger, gridshift_home
 from scheduler.modes import resolve_settings
-from scheduler.policy import AbsoluteRule, BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Policy, RelativeRule
+from scheduler.policy import (AbsoluteRule, BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Objective, PlanRule, Policy,
+                              RelativeRule)
 from scheduler.policy_io import load_policy, parse_policy, policy_json_schema
 from scheduler.report import ModeSpan, RunReport, joules_to_grams
 
@@ -23,6 +24,8 @@ __all__ = [
     "Mode",
     "ModeSpan",
     "ModeState",
+    "Objective",
+    "PlanRule",
     "Policy",
     "PolicyError",
     "RelativeRule",

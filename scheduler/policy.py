@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -19,7 +19,9 @@ __all__ = [
     "Mode",
     "AbsoluteRule",
     "RelativeRule",
+    "PlanRule",
     "Rule",
+    "Objective",
     "JobSpec",
     "BackendConfig",
     "Policy",
@@ -119,7 +121,34 @@ class RelativeRule(_RuleBase):
         return self
 
 
-Rule = Annotated[Union[AbsoluteRule, RelativeRule], Field(discriminator="kind")]
+class PlanRule(_RuleBase):
+    """The planner (the default): the carbon-optimal start, modes and pauses under the deadline.
+
+    ``clean_mode`` is the reference mode (work is counted in its seconds; the simulator's baseline).
+    Every mode of the policy is a candidate; the running job re-plans every ``interval_s``.
+    """
+
+    kind: Literal["plan"] = "plan"
+    deadline_margin_s: float = Field(default=900.0, ge=0, description="plan to finish this long before the deadline (dropped when it leaves no room)")
+    slot_s: float = Field(default=300.0, gt=0, description="planning resolution: the plan may change mode or pause at these steps")
+
+
+def _rule_kind(v: Any) -> str:
+    # no kind given means the planner; absolute|relative stay explicit choices
+    kind = v.get("kind", "plan") if isinstance(v, dict) else getattr(v, "kind", "plan")
+    return kind if kind in ("absolute", "relative", "plan") else str(kind)
+
+
+Rule = Annotated[
+    Union[Annotated[PlanRule, Tag("plan")], Annotated[AbsoluteRule, Tag("absolute")], Annotated[RelativeRule, Tag("relative")]],
+    Discriminator(_rule_kind),
+]
+
+
+class Objective(Strict):
+    """What the planner minimises: carbon, plus an optional price of time."""
+
+    time_value_g_per_h: float = Field(default=0.0, ge=0, description="grams CO2 one hour earlier finish is worth (0 = carbon only under the deadline)")
 
 
 class JobSpec(Strict):
@@ -138,6 +167,7 @@ class JobSpec(Strict):
     deadline_s: float | None = Field(default=None, gt=0, description="the job must finish this many seconds after the nominal start")
     cron: str | None = Field(default=None, description="recurrence for deployments and simulation, e.g. '0 1 * * *' (UTC)")
     checkpointable: bool = Field(default=False, description="the job can stop and resume, so it may be split across green slots")
+    resume_overhead_s: float = Field(default=0.0, ge=0, description="extra speed-mode seconds of work each resume costs (reload, warm-up)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the command")
     workdir: Path | None = Field(default=None, description="working directory for the command (default: the current directory)")
 
@@ -180,7 +210,8 @@ class Policy(Strict):
     schema_version: Literal[1] = Field(default=1, description="policy format version")
     carbon: CarbonConfig
     modes: dict[str, Mode]
-    rules: Rule
+    rules: Rule = Field(default_factory=PlanRule)
+    objective: Objective = Field(default_factory=Objective)
     job: JobSpec
     backend: BackendConfig = Field(default_factory=BackendConfig)
 
