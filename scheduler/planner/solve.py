@@ -29,7 +29,7 @@ import numpy as np
 __all__ = ["SlotPlan", "choose_quantum", "solve_slots", "fastest_slots", "account"]
 
 _J_PER_KWH = 3.6e6
-_WAIT, _RUN = -1, 0
+_WAIT = -1
 
 
 @dataclass(frozen=True)
@@ -86,98 +86,103 @@ def solve_slots(
     D = max(int(dwell_slots), 1)
     if work_s <= 0:
         return SlotPlan(np.zeros(0, dtype=int), True, 0.0, 0)
-    if T <= first_start and running_mode is None:
+    if T <= (0 if running_mode is not None else first_start):
         return SlotPlan(np.zeros(0, dtype=int), False, math.inf, 0)
     q = quantum_s or choose_quantum(speed, slot_s, work_s)
     gain = np.maximum(np.floor(speed * slot_s / q + 1e-9).astype(np.int64), 1)        # quanta per slot, per mode
     L = int(math.ceil(work_s / q - 1e-9))
     o = int(math.ceil(resume_overhead_s / q - 1e-9)) if pausable else 0
     R = L + o
+    W = R + 1
     resuming = resuming and pausable and running_mode is None
-    # value arrays are (mode, work left in quanta); work left 0 = done
-    r = np.arange(R + 1)[None, :]
-    rows = np.arange(M)[:, None] * (R + 1)
-    g = gain[:, None]
+    inf = math.inf
     energy_g = power_w * slot_s / _J_PER_KWH                                           # g per slot per g/kWh
     tv = time_value_g_per_h * slot_s / 3600.0                                         # g per slot of delay
     c = np.zeros(T + D + 1)
     c[:T] = intensity[:T]
     cum = np.concatenate(([0.0], np.cumsum(c)))
-    # one more slot in the same mode: finishes inside it when r <= gain
-    fin_c = r <= g
-    scale_c = np.where(fin_c, r / g, 1.0)                                              # share of the slot used
-    take_c = (rows + np.where(fin_c, 0, r - g)).ravel()
-    time_c = np.where(fin_c, r / g, 0.0)
-    # a held block of D slots (start, switch, resume): finishes inside it when r <= D gain
-    take_b = (rows + np.maximum(r - g * D, 0)).ravel()
-    fin_b = ((r <= g * D) & (r > 0)).ravel()
-    fin_pos = np.flatnonzero(fin_b)
-    rr = np.broadcast_to(r, (M, R + 1)).ravel()[fin_pos]
-    gg = np.broadcast_to(g, (M, R + 1)).ravel()[fin_pos]
+
+    # Values are flat arrays over (mode, work left in quanta); the cell (m, 0) is "done" and stays 0,
+    # so every transition that finishes reads it and adds its own finishing cost.
+    r = np.arange(W)[None, :]
+    base = np.arange(M)[:, None] * W
+    g = gain[:, None]
+    fin_c = (r <= g) & (r > 0)
+    take_c = (base + np.where(r > g, r - g, 0)).ravel()
+    e_cont = (energy_g[:, None] * np.where(r > g, 1.0, r / g)).ravel()              # x c[t]
+    tv_fin = np.where(fin_c, r / g, 0.0).ravel()                                      # finish offset in the slot
+    tv_mask = fin_c.ravel().astype(float)
+    take_b = (base + np.where(r > g * D, r - g * D, 0)).ravel()
+    e_full = (energy_g[:, None] * (r > g * D)).ravel()                                # x (cum[t+D] - cum[t])
+    fin_pos = np.flatnonzero(((r <= g * D) & (r > 0)).ravel())
+    rr = np.broadcast_to(r, (M, W)).ravel()[fin_pos]
+    gg = np.broadcast_to(g, (M, W)).ravel()[fin_pos]
     nb = np.maximum(np.ceil(rr / gg - 1e-12).astype(np.int64) - 1, 0)
     fb = rr / gg - nb
-    eb = np.broadcast_to(energy_g[:, None], (M, R + 1)).ravel()[fin_pos]
-    inf = math.inf
+    eb = np.broadcast_to(energy_g[:, None], (M, W)).ravel()[fin_pos]
+    ts = np.arange(T)[:, None]
+    ends = ts + nb[None, :] + fb[None, :]
+    fin_block = eb * (cum[ts + nb] - cum[ts] + fb * c[ts + nb]) + tv * ends          # (T, |fin_pos|)
+    fin_block[ends > T + 1e-9] = inf
 
-    done = np.full((M, R + 1), inf)
-    done[:, 0] = 0.0
-    V: list[np.ndarray | None] = [None] * (T + D + 1)
-    for t in range(T, T + D + 1):
-        V[t] = done
-    dec = np.zeros((T, M, R + 1), dtype=np.int8)
-    sw_mode = np.zeros((T, R + 1), dtype=np.int8)
-    resume = np.zeros((T, R + 1), dtype=bool)
-    start = np.zeros(T, dtype=bool)
-    paused = np.full(R + 1, inf)
-    paused[0] = 0.0
-    unstarted = inf
+    V = np.empty((T + D + 1, M * W))
+    V[T:] = inf
+    V[T:, base[:, 0]] = 0.0
+    P = np.full((T + 1, W), inf) if pausable else None
+    if P is not None:
+        P[:, 0] = 0.0
+    U = np.full(T + 1, inf)
+    cont = np.empty(M * W)
+    block = np.empty(M * W)
     for t in range(T - 1, -1, -1):
-        vn = V[t + 1]
-        cont = np.take(vn, take_c).reshape(M, R + 1) + (energy_g * c[t])[:, None] * scale_c
+        np.take(V[t + 1], take_c, out=cont)
+        cont += e_cont * c[t]
         if tv:
-            cont += tv * np.where(fin_c, t + time_c, 0.0)
+            cont += tv * (t * tv_mask + tv_fin)
         if D == 1:
-            block = cont
+            sw = cont.reshape(M, W).min(axis=0)
         else:
-            block = np.take(V[t + D], take_b).reshape(M, R + 1) + (energy_g * (cum[t + D] - cum[t]))[:, None]
-            ends = t + nb + fb
-            fin_cost = eb * (cum[t + nb] - cum[t] + fb * c[t + nb]) + tv * ends
-            block.ravel()[fin_pos] = np.where(ends <= T + 1e-9, fin_cost, inf)
-        sw = block[0].copy()
-        swm = np.zeros(R + 1, dtype=np.int8)
-        for m in range(1, M):  # a loop over the few modes beats argmin across rows
-            better = block[m] < sw
-            np.copyto(sw, block[m], where=better)
-            swm[better] = m
-        sw[0] = 0.0
-        v = np.minimum(cont, sw[None, :])
-        d = (sw[None, :] < cont).astype(np.int8)
-        if pausable:
-            res = np.full(R + 1, inf)
-            res[: R + 1 - o] = sw[o:]
-            take = res < paused
-            resume[t] = take
-            paused = np.where(take, res, paused)
-            paused[0] = 0.0
-            pz = paused[None, :] < v
-            d[pz] = 2
-            v = np.minimum(v, paused[None, :])
-        v[:, 0] = 0.0
-        V[t] = v
-        dec[t] = d
-        sw_mode[t] = swm
-        if t >= first_start and running_mode is None:
-            s = paused[L] if resuming else sw[L]  # a paused job resumes through the paused state
-            if s < unstarted:
-                unstarted, start[t] = s, True
-        if t + D + 1 <= T and t + D + 1 > running_forced_slots:
-            V[t + D + 1] = None  # no longer needed: keeps memory at D + 1 value arrays
+            np.take(V[t + D], take_b, out=block)
+            block += e_full * (cum[t + D] - cum[t])
+            block[fin_pos] = fin_block[t]
+            sw = block.reshape(M, W).min(axis=0)
+        vt = V[t].reshape(M, W)
+        np.minimum(cont.reshape(M, W), sw[None, :], out=vt)
+        if P is not None:
+            pt = P[t]
+            pt[: W - o] = np.minimum(P[t + 1][: W - o], sw[o:])
+            pt[W - o:] = P[t + 1][W - o:]
+            pt[0] = 0.0
+            np.minimum(vt, pt[None, :], out=vt)
+        if running_mode is None:
+            s = P[t][L] if (resuming and P is not None) else sw[L]
+            U[t] = min(U[t + 1], s) if t >= first_start else U[t + 1]
 
-    # forward: replay the decisions
+    # forward: replay the choices the values imply (continue, then switch, then pause on ties)
+    def cont_value(t: int, m: int, left: int) -> float:
+        gm = int(gain[m])
+        if left <= gm:
+            f = left / gm
+            return float(energy_g[m] * c[t] * f + tv * (t + f))
+        return float(energy_g[m] * c[t] + V[t + 1][m * W + left - gm])
+
+    def block_values(t: int, left: int) -> np.ndarray:
+        out = np.empty(M)
+        for m in range(M):
+            gm = int(gain[m])
+            if left <= gm * D:
+                n = max(int(math.ceil(left / gm - 1e-12)) - 1, 0)
+                f = left / gm - n
+                end = t + n + f
+                out[m] = energy_g[m] * (cum[t + n] - cum[t] + f * c[t + n]) + tv * end if end <= T + 1e-9 else inf
+            else:
+                out[m] = energy_g[m] * (cum[t + D] - cum[t]) + V[t + D][m * W + left - gm * D]
+        return out
+
     modes: list[int] = []
     t, left, resumes = 0, L, 0
 
-    def run_block(m: int, slots: int) -> bool:
+    def run(m: int, slots: int) -> bool:
         nonlocal t, left
         for _ in range(slots):
             modes.append(m)
@@ -187,48 +192,53 @@ def solve_slots(
                 return True
         return False
 
+    def close(a: float, b: float) -> bool:
+        return a <= b + 1e-9 * max(1.0, abs(b))
+
     if running_mode is not None:
-        forced = max(int(running_forced_slots), 0)
-        if forced:
-            forced = min(forced, T)
-            after = V[forced][running_mode, max(L - forced * int(gain[running_mode]), 0)]
-            best = energy_g[running_mode] * (cum[forced] - cum[0]) + after
-        else:
-            best = V[0][running_mode, L]
+        forced = min(max(int(running_forced_slots), 0), T)
+        gm = int(gain[running_mode])
+        if forced and left <= forced * gm:
+            objective = float(block_values(0, left)[running_mode]) if D >= forced else 0.0
+            run(running_mode, forced)
+            return SlotPlan(np.array(modes, dtype=int), True, objective, 0)
+        best = (energy_g[running_mode] * (cum[forced] - cum[0]) + V[forced][running_mode * W + left - forced * gm]
+                if forced else V[0][running_mode * W + left])
         if not math.isfinite(best):
             return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
         objective = float(best)
-        if forced and run_block(running_mode, forced):
-            return SlotPlan(np.array(modes), True, objective, 0)
+        run(running_mode, forced)
         state, m = "run", running_mode
     else:
-        if not math.isfinite(unstarted):
+        if not math.isfinite(U[0]):
             return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
-        objective = float(unstarted)
-        while not start[t]:
+        objective = float(U[0])
+        while t < T and not (t >= first_start and close(P[t][L] if (resuming and P is not None) else
+                                                       block_values(t, L).min(), U[t + 1])):
             modes.append(_WAIT)
             t += 1
         state, m = ("pause" if resuming else "start"), -1
     while left > 0 and t < T:
         if state == "start":
-            m = int(sw_mode[t, left])
-            if run_block(m, D):
+            m = int(np.argmin(block_values(t, left)))
+            if run(m, D):
                 break
             state = "run"
         elif state == "pause":
-            if resume[t, left]:
-                left = left + o
+            assert P is not None
+            if left + o <= R and close(float(block_values(t, left + o).min()), P[t + 1][left]):
+                left += o
                 resumes += 1
                 state = "start"
                 continue
             modes.append(_WAIT)
             t += 1
         else:
-            d = int(dec[t, m, left])
-            if d == 0:
-                if run_block(m, 1):
+            here = float(V[t][m * W + left])
+            if close(cont_value(t, m, left), here):
+                if run(m, 1):
                     break
-            elif d == 1:
+            elif close(float(block_values(t, left).min()), here):
                 state = "start"
             else:
                 state = "pause"
