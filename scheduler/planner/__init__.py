@@ -22,9 +22,9 @@ from typing import Sequence
 import numpy as np
 
 from carbon.series import IntensitySeries, as_utc
-from scheduler.planner.explain import explain
+from scheduler.planner.explain import explain as explain_plan
 from scheduler.planner.grid import slot_intensity
-from scheduler.planner.solve import account, fastest_slots, solve_slots
+from scheduler.planner.solve import account, choose_quantum, fastest_slots, solve_slots
 
 __all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "Segment", "RunPlan", "plan_run", "plan_slots"]
 
@@ -69,6 +69,7 @@ class PlanConstraints:
     min_dwell_s: float = 0.0
     deadline_margin_s: float = 0.0
     slot_s: float = 300.0
+    max_rounding: float = 0.01      # work the solver's quantum may drop per mode-slot (see solve.choose_quantum)
 
 
 @dataclass(frozen=True)
@@ -114,10 +115,12 @@ class RunPlan:
 
 
 def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
-               objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints()) -> RunPlan:
+               objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints(),
+               explain: bool = True) -> RunPlan:
     """:func:`plan_run` on intensities already cut into slots of ``constraints.slot_s`` from ``now``.
 
-    ``intensity`` must cover the deadline (or the whole horizon of a job without one).
+    ``intensity`` must cover the deadline (or the whole horizon of a job without one). ``explain=False``
+    skips the sentences (the simulator re-plans thousands of times and reads only the slots).
     """
     now = as_utc(now)
     slot = float(constraints.slot_s)
@@ -140,7 +143,8 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
 
     common = dict(slot_s=slot, work_s=job.work_s, first_start=first, dwell_slots=dwell, pausable=job.pausable,
                   resume_overhead_s=job.resume_overhead_s, resuming=job.resuming,
-                  time_value_g_per_h=objective.time_value_g_per_h, running_mode=running, running_forced_slots=forced)
+                  time_value_g_per_h=objective.time_value_g_per_h, running_mode=running, running_forced_slots=forced,
+                  quantum_s=choose_quantum(speed, slot, job.work_s, max_rounding=constraints.max_rounding))
     margin_dropped = False
     sp = solve_slots(intensity, power, speed, deadline_slots=horizon(constraints.deadline_margin_s), **common)  # type: ignore[arg-type]
     if not sp.feasible and constraints.deadline_margin_s > 0:
@@ -175,7 +179,10 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     feasible = sp.feasible or (job.deadline is not None and finish <= as_utc(job.deadline))
     if job.deadline is None:
         feasible = True
-    reasons, seg_reasons = explain(built, list(modes), c, slot_s=slot, now=now, job=job, objective=objective,
+    if not explain:
+        return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
+                       feasible=feasible, reasons=(), slot_modes=tuple(names[m] if m >= 0 else None for m in sp.modes))
+    reasons, seg_reasons = explain_plan(built, list(modes), c, slot_s=slot, now=now, job=job, objective=objective,
                                    first_slot=first, feasible=feasible, margin_dropped=margin_dropped,
                                    deadline_margin_s=constraints.deadline_margin_s)
     built = [Segment(s.start, s.end, s.mode, s.work_s, s.energy_j, s.carbon_g, r) for s, r in zip(built, seg_reasons)]

@@ -187,7 +187,7 @@ def test_unknown_key_is_reported_before_the_missing_key_it_explains() -> None:
     text = EXAMPLE.replace("\nrules:\n", "\nrule:\n")
     err = _error(text)
     assert str(err).startswith(f"p.yaml:{_line_of(text, 'rule:')}:1: rule: unknown key 'rule'"), str(err)
-    assert str(err).endswith("[and 1 more error(s)]")
+    # rules may be omitted (the planner is the default), so the typo is the only error left
 
 
 def test_error_order_is_otherwise_kept() -> None:
