@@ -15,9 +15,15 @@ What happens on each ``read(now)``, per source in the chain (e.g. electricitymap
    from the cached history) fills a missing forecast.
 3. A success is written to the on-disk cache (one JSON file per source and options hash, surviving
    restarts; see :func:`carbon.cache.cache_key`).
-4. A failure is recorded (``"label: reason"``). If the same source has a cached answer younger than
-   ``max_staleness``, that is served, marked ``stale=True`` - the same signal, slightly old, beats
-   switching to a different kind of signal. Otherwise the next source is tried.
+4. An answer whose data is too old is a failure too (:class:`~carbon.errors.StaleData`): the newest
+   value's interval ended more than ``max_staleness`` ago, or its forecast covers nothing ahead
+   (:func:`carbon.staleness.stale_reason`: judged on the data's timestamps, not on when it was
+   fetched). It is not cached. A cached forecast also goes stale once it has lost more than
+   ``max_staleness`` of the horizon since it was fetched.
+5. A failure is recorded (``"label: reason"``). If the same source has a cached answer whose data
+   is still within ``max_staleness`` (same rule), that is served, marked ``stale=True`` - the same
+   signal, slightly old, beats switching to a different kind of signal. Otherwise the next source
+   is tried.
 
 When every source fails and no cache is fresh enough, :class:`AllSourcesFailed` lists every reason.
 A rested source is tried again by itself, so the monitor recovers without help.
@@ -32,10 +38,11 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from carbon.cache import CacheEntry, SignalCache, cache_key
-from carbon.errors import CarbonError, RateLimited
+from carbon.errors import CarbonError, RateLimited, StaleData
 from carbon.forecast import ForecasterName, forecast_series
 from carbon.providers.base import Provider
 from carbon.series import IntensityPoint, IntensitySeries
+from carbon.staleness import stale_reason
 
 __all__ = ["SourceSpec", "Reading", "CarbonMonitor", "AllSourcesFailed"]
 
@@ -186,7 +193,14 @@ class CarbonMonitor:
                     notes.append(f"{spec.label}: no forecast ({exc}); built-in forecaster: {exc2}")
         entry = CacheEntry(label=spec.label, fetched_at=now, zone=provider.zone, current=current, forecast=forecast,
                            forecast_by=forecast_by, observed=tuple(observed_series))
+        stale = self._stale_reason(entry, now)
+        if stale is not None:  # a quick answer with old data is no answer; keep the cache as it was
+            raise StaleData(stale)  # the failure line names the source
         return self._cache.save(entry, key=spec.cache_key), notes
+
+    def _stale_reason(self, entry: CacheEntry, now: datetime) -> str | None:
+        return stale_reason(entry.current, entry.forecast, now, issued=entry.fetched_at, max_staleness=self.max_staleness,
+                            horizon=self.forecast_horizon)
 
     def _reading(self, entry: CacheEntry, now: datetime, *, served_from: Literal["live", "cache"], stale: bool,
                  failures: list[str], notes: list[str]) -> Reading:
@@ -234,20 +248,15 @@ class CarbonMonitor:
                     self._rest.pop(spec.label, None)
                     return self._reading(entry, now, served_from="live", stale=False, failures=failures, notes=notes)
             if cached is not None:
-                age = cached.age(now)
-                if age <= self.max_staleness:
+                too_old = self._stale_reason(cached, now)
+                if too_old is None:
                     return self._reading(cached, now, served_from="cache", stale=True, failures=failures, notes=[])
-                failures.append(f"{spec.label}: cached value is {_hours(age)} old, beyond the {_hours(self.max_staleness)} staleness limit")
+                failures.append(f"{spec.label}: cached answer (fetched {cached.fetched_at:%Y-%m-%d %H:%M} UTC): {too_old}")
         raise AllSourcesFailed("no carbon source answered: " + "; ".join(failures))
 
     def close(self) -> None:
         for p in self._providers.values():
             p.close()
         self._providers.clear()
-
-
-def _hours(delta: timedelta) -> str:
-    s = delta.total_seconds()
-    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
 
 
