@@ -6,7 +6,7 @@ import json
 import signal
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -63,48 +63,83 @@ def deploy(
 def serve(
     policies: Annotated[list[Path], typer.Argument(help="Policy YAML files (recurring jobs).")],
     deployment: Annotated[Optional[list[str]], typer.Option(help="'flow/deployment' per policy (default: gridshift-nightly/<job name>).")] = None,
-    db: Annotated[Optional[Path], typer.Option(help="SQLite job store (default: $GRIDSHIFT_HOME/serve.sqlite).")] = None,
+    db: Annotated[Optional[Path], typer.Option(help="SQLite store of planned runs (default: $GRIDSHIFT_HOME/serve.sqlite).")] = None,
     poll_s: Annotated[float, typer.Option(help="Re-plan every this many seconds.")] = 900.0,
 ) -> None:
-    """Plan each policy's runs, keep them in a persistent job store, trigger deployments at the chosen times."""
+    """Plan each policy's runs, keep them in a persistent store, trigger the deployments at the chosen times.
+
+    Needs a Prefect server (PREFECT_API_URL) with the deployments (`gridshift deploy POLICY --no-schedule`).
+    A run whose trigger fails is retried with backoff until its latest start, then recorded as missed.
+    """
+    from flows.serving import PrefectNotReady, check_prefect, prefect_api_url, quiet_prefect_environment
+
+    quiet_prefect_environment()  # before Prefect is imported: no ephemeral server, no telemetry
     from scheduler.errors import PolicyError
     from scheduler.ledger import gridshift_home
-    from scheduler.planning import plan_runs
     from scheduler.policy_io import load_policy
-    from scheduler.service import PlannedRun, PlanningService
 
     try:
         loaded = [(p, load_policy(p)) for p in policies]
     except PolicyError as exc:
         raise fail(exc, EXIT_INPUT) from None
+    for path, pol in loaded:
+        if pol.job.cron is None:
+            raise fail(f"{path}: job.cron: serve needs a recurring job (e.g. cron: '0 1 * * *')", EXIT_INPUT)
     names = list(deployment or [])
     if names and len(names) != len(loaded):
         raise fail("give one --deployment per policy, or none", EXIT_INPUT)
+    targets = names or [f"gridshift-nightly/{pol.job.name}" for _, pol in loaded]
+    try:
+        check_prefect(prefect_api_url(), targets)
+    except PrefectNotReady as exc:
+        raise fail(exc, EXIT_ENV) from None
+
+    from flows.deploy import trigger_deployment
+    from scheduler.service import PlanningService
+
+    store = db or (gridshift_home() / "serve.sqlite")
+    service = PlanningService(db_path=store, plan=serve_plan(loaded, targets), trigger=trigger_deployment,
+                              poll_interval_s=poll_s, log=lambda m: typer.echo(f"gridshift serve: {m}", err=True))
+    stopped_by: list[int] = []
+
+    def _stop(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
+        service.stop()
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    typer.echo(f"gridshift serve: {len(loaded)} policies, store {store}, re-planning every {poll_s:.0f} s", err=True)
+    service.run_forever()
+    if stopped_by:
+        typer.echo(f"gridshift serve: stopped by {signal.Signals(stopped_by[0]).name}", err=True)
+        raise typer.Exit(128 + stopped_by[0])
+
+
+def serve_plan(loaded: list[tuple[Path, Any]], targets: list[str]) -> Callable[[datetime], list[Any]]:
+    """``plan(now)`` for the service: each policy's coming runs, with their deployment and latest start.
+
+    A policy whose carbon signal is down keeps its stored plan (its runs are simply not re-planned).
+    """
+    from dataclasses import replace
+
     from flows.sources import monitor_for
+    from scheduler.planning import plan_runs
+    from scheduler.service import PlannedRun, latest_start
 
     monitors = [monitor_for(pol) for _, pol in loaded]
-    targets = names or [f"gridshift-nightly/{pol.job.name}" for _, pol in loaded]
 
     def plan(now: datetime) -> list[PlannedRun]:
         runs: list[PlannedRun] = []
         for (path, pol), mon, target in zip(loaded, monitors, targets):
             try:
                 reading = mon.read(now)
-            except Exception as exc:  # keep the stored plan when the signal is down
+            except Exception as exc:
                 typer.echo(f"gridshift serve: {path}: carbon signal unavailable ({exc}); keeping the stored plan", err=True)
                 continue
-            runs.extend(plan_runs(pol, reading.series, now=now,
-                                  extra={"deployment": target, "policy_path": str(path)}))
+            for run in plan_runs(pol, reading.series, now=now, extra={"deployment": target, "policy_path": str(path)}):
+                nominal = datetime.fromisoformat(run.kwargs["nominal_start"])
+                runs.append(replace(run, latest_start=latest_start(nominal, deadline_s=pol.job.deadline_s,
+                                                                     work_s=pol.job.expected_duration_s)))
         return runs
 
-    store = db or (gridshift_home() / "serve.sqlite")
-    store.parent.mkdir(parents=True, exist_ok=True)
-    service = PlanningService(scheduler=PlanningService.build_scheduler(store, blocking=True), db_path=store, plan=plan,
-                              trigger_ref="flows.deploy:trigger_deployment", poll_interval_s=poll_s,
-                              log=lambda m: typer.echo(f"gridshift serve: {m}", err=True))
-    signal.signal(signal.SIGTERM, lambda *_: service.shutdown())
-    typer.echo(f"gridshift serve: {len(loaded)} policies, job store {store}, re-planning every {poll_s:.0f} s", err=True)
-    try:
-        service.start()
-    except (KeyboardInterrupt, SystemExit):
-        pass
+    return plan

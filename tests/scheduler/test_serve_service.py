@@ -1,24 +1,207 @@
-"""`gridshift serve` wiring: a restart between planning and start time still runs the job once."""
+"""`gridshift serve`'s machinery (scheduler.service) on an injected clock: nothing lost, nothing doubled."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from scheduler.service import PlannedRun, PlanningService, fire, fired_keys
+from scheduler.service import Backoff, PlannedRun, PlanningService, ServeStore, latest_start
+from tests.fakes.fake_prefect import FakeDeployments
 
-time_machine = pytest.importorskip("time_machine")
+T0 = datetime(2026, 6, 1, 18, 0, tzinfo=timezone.utc)
+START = T0 + timedelta(hours=8)  # 02:00 next night
+KEY = "nightly@20260602T0100Z"
 
-TRIGGER = "serve_trigger_probe:record"
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kw: float) -> None:
+        self.now += timedelta(**kw)
 
 
-@pytest.fixture(autouse=True)
-def _probe_importable(monkeypatch):
-    """The trigger is found by its text reference, as `gridshift serve` finds flows.deploy's."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+def _service(db: Path, clock: Clock, prefect: FakeDeployments, plan=None, log=None, **kw) -> PlanningService:
+    if plan is None:
+        plan = lambda now: [PlannedRun(key=KEY, run_at=START, kwargs={"deployment": "d/n"},  # noqa: E731
+                                       latest_start=START + timedelta(hours=4))]
+    return PlanningService(db_path=db, plan=plan, trigger=prefect.trigger, now=clock, poll_interval_s=3600,
+                           backoff=Backoff(base_s=60, max_s=600), log=(log.append if log is not None else print), **kw)
+
+
+def test_restart_between_planning_and_start_runs_once(tmp_path):
+    clock, prefect, db = Clock(T0), FakeDeployments(), tmp_path / "serve.sqlite"
+    first = _service(db, clock, prefect)
+    assert first.tick().planned == [KEY]
+    assert first.planned() == {KEY: START}
+    # the process goes away before the start time; another comes back after it
+    clock.now = START + timedelta(minutes=5)
+    second = _service(db, clock, prefect)
+    assert second.tick().fired == [KEY]
+    clock.advance(minutes=10)
+    assert second.tick().fired == []
+    third = _service(db, clock, prefect)
+    assert third.tick().fired == [] and third.planned() == {}
+    assert prefect.created == {KEY: 1} and prefect.calls == {KEY: 1}
+    assert prefect.runs[KEY]["deployment"] == "d/n"
+    (row,) = ServeStore(db).runs()
+    assert (row.state, row.outcome, row.attempts) == ("fired", "run-1", 1)
+
+
+def test_a_trigger_that_raises_once_is_released_and_retried_after_the_backoff(tmp_path):
+    clock, prefect, log = Clock(T0), FakeDeployments(fail_next=1), []
+    svc = _service(tmp_path / "s.sqlite", clock, prefect, log=log)
+    svc.tick()
+    clock.now = START
+    assert svc.tick().failed == [KEY]
+    row = svc.store.get(KEY)
+    assert (row.state, row.attempts) == ("planned", 1)  # the claim is released, the attempt counted
+    assert row.next_try == START + timedelta(seconds=60) and "Server disconnected" in row.last_error
+    assert svc.next_wakeup() == START + timedelta(seconds=60)
+    clock.advance(seconds=30)
+    assert svc.tick().fired == []  # still backing off
+    clock.advance(seconds=30)
+    assert svc.tick().fired == [KEY]
+    assert prefect.created == {KEY: 1} and prefect.calls == {KEY: 2}
+    assert any(m.startswith(f"trigger of {KEY} failed (attempt 1): PrefectDown: Server disconnected") for m in log)
+    assert any(m.startswith(f"fired {KEY} (planned for 2026-06-02 02:00 UTC, 60 s late): flow run run-1") for m in log)
+
+
+def test_a_lost_answer_is_retried_and_the_idempotency_key_keeps_one_flow_run(tmp_path):
+    clock, prefect = Clock(START), FakeDeployments(lose_answer_rate=1.0)
+    svc = _service(tmp_path / "s.sqlite", clock, prefect)
+    assert svc.tick().failed == [KEY]
+    prefect.lose_answer_rate = 0.0
+    clock.advance(minutes=1)
+    assert svc.tick().fired == [KEY]
+    assert prefect.created == {KEY: 1} and prefect.calls == {KEY: 2}
+
+
+def test_prefect_down_past_the_latest_start_records_the_run_as_missed_with_the_reason(tmp_path):
+    clock, prefect, log = Clock(START), FakeDeployments(down=True), []
+    svc = _service(tmp_path / "s.sqlite", clock, prefect, log=log)
+    tries = []
+    while clock.now <= START + timedelta(hours=5):
+        result = svc.tick()
+        tries += result.failed
+        if result.missed:
+            break
+        clock.now = svc.next_wakeup() if svc.next_wakeup() > clock.now else clock.now + timedelta(seconds=1)
+    assert result.missed == [KEY]
+    row = svc.store.get(KEY)
+    assert row.state == "missed"
+    # backoff 60 s doubling to 600 s over 4 h, plus one last try at the latest start
+    assert 20 < len(tries) == row.attempts < 40 and prefect.calls[KEY] == row.attempts
+    assert row.outcome.startswith("not triggered by its latest start 2026-06-02 06:00 UTC (planned for 2026-06-02 02:00 UTC): ")
+    assert "attempt(s) failed, the last with: PrefectDown: All connection attempts failed" in row.outcome
+    assert log[-1] == f"missed {KEY}: {row.outcome}"
+    prefect.down = False
+    clock.advance(hours=1)
+    assert svc.tick().fired == [] and prefect.created == {}
+
+
+def test_a_run_due_during_an_outage_fires_when_prefect_is_back_if_its_deadline_allows(tmp_path):
+    clock, prefect = Clock(START), FakeDeployments(down=True)
+    svc = _service(tmp_path / "s.sqlite", clock, prefect)
+    svc.tick()
+    clock.advance(hours=2)
+    svc.tick()
+    prefect.down = False
+    clock.now = svc.next_wakeup()
+    assert svc.tick().fired == [KEY] and prefect.created == {KEY: 1}
+
+
+def test_a_service_down_past_the_latest_start_records_why(tmp_path):
+    clock, prefect = Clock(T0), FakeDeployments()
+    _service(tmp_path / "s.sqlite", clock, prefect).tick()
+    clock.now = START + timedelta(hours=5)  # back after the latest start (06:00)
+    svc = _service(tmp_path / "s.sqlite", clock, prefect, plan=lambda now: [])
+    assert svc.tick().missed == [KEY]
+    assert svc.store.get(KEY).outcome.endswith("the service was not running between the planned time and the latest start")
+    assert prefect.calls == {}
+
+
+def test_a_claim_left_by_a_killed_service_is_released_and_triggered_once(tmp_path):
+    clock, prefect, log = Clock(START), FakeDeployments(), []
+    db = tmp_path / "s.sqlite"
+    svc = _service(db, clock, prefect)
+    svc.replan()
+    assert svc.store.claim(KEY, clock())  # the service dies right here, mid-trigger
+    restarted = _service(db, clock, prefect, log=log)
+    assert log == [f"released {KEY}: the previous service stopped while triggering it; it is tried again"]
+    assert restarted.tick().fired == [KEY] and prefect.created == {KEY: 1}
+
+
+def test_two_services_on_one_store_claim_a_run_once(tmp_path):
+    clock, prefect = Clock(START), FakeDeployments()
+    db = tmp_path / "s.sqlite"
+    a, b = _service(db, clock, prefect), _service(db, clock, prefect)
+    a.replan()
+    assert a.store.claim(KEY, clock()) and not b.store.claim(KEY, clock())
+
+
+def test_replan_moves_a_waiting_run_when_the_forecast_changes(tmp_path):
+    clock, prefect, when = Clock(T0), FakeDeployments(), {"at": START}
+    svc = _service(tmp_path / "s.sqlite", clock, prefect, plan=lambda now: [PlannedRun(key="k", run_at=when["at"], kwargs={"deployment": "d/n"})])
+    assert svc.replan().planned == ["k"]
+    when["at"] = START + timedelta(minutes=2)  # within tolerance: left alone
+    assert svc.replan().moved == []
+    when["at"] = START + timedelta(hours=1)
+    assert svc.replan().moved == ["k"] and svc.planned() == {"k": START + timedelta(hours=1)}
+    clock.now = START + timedelta(hours=1)
+    svc.tick()
+    when["at"] = START + timedelta(hours=3)  # a fired run is never moved or added again
+    assert svc.replan().moved == [] and svc.replan().planned == []
+
+
+def test_a_run_first_planned_for_now_fires_at_once(tmp_path):
+    clock, prefect = Clock(START), FakeDeployments()
+    svc = _service(tmp_path / "s.sqlite", clock, prefect, plan=lambda now: [PlannedRun(key="k", run_at=now, kwargs={"deployment": "d/n"})])
+    result = svc.tick()
+    assert (result.planned, result.fired) == (["k"], ["k"])
+
+
+def test_planning_that_fails_keeps_the_stored_plan(tmp_path):
+    clock, prefect, log = Clock(T0), FakeDeployments(), []
+    db = tmp_path / "s.sqlite"
+    _service(db, clock, prefect).tick()
+
+    def broken(now):
+        raise RuntimeError("no carbon source answered")
+
+    svc = _service(db, clock, prefect, plan=broken, log=log)
+    svc.tick()
+    assert svc.planned() == {KEY: START}
+    assert log == ["planning failed, keeping the stored plan: RuntimeError: no carbon source answered"]
+    clock.now = START
+    assert svc.tick().fired == [KEY]
+
+
+def test_run_forever_sleeps_until_the_next_thing_to_do_and_stops(tmp_path):
+    clock, prefect, naps = Clock(T0), FakeDeployments(), []
+    svc = _service(tmp_path / "s.sqlite", clock, prefect)
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        clock.advance(seconds=seconds)
+        if prefect.created:
+            svc.stop()
+
+    svc.sleep = sleep
+    svc.run_forever()
+    assert prefect.created == {KEY: 1}
+    assert all(0 <= s <= 3600 for s in naps) and clock.now <= START + timedelta(hours=1)
+
+
+def test_latest_start_leaves_room_for_the_work():
+    nominal = datetime(2026, 6, 2, 1, 0, tzinfo=timezone.utc)
+    assert latest_start(nominal, deadline_s=8 * 3600, work_s=3600) == nominal + timedelta(hours=7)
+    assert latest_start(nominal, deadline_s=None, work_s=3600) is None
 
 
 @pytest.fixture
@@ -26,111 +209,6 @@ def nightly_policy():
     from scheduler.policy_io import load_policy
 
     return load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _service(db: Path, plan) -> PlanningService:
-    return PlanningService(scheduler=PlanningService.build_scheduler(db), db_path=db, plan=plan, trigger_ref=TRIGGER,
-                           poll_interval_s=3600)
-
-
-def test_restart_between_planning_and_start_runs_once(tmp_path, monkeypatch):
-    probe = tmp_path / "fired.jsonl"
-    monkeypatch.setenv("GRIDSHIFT_PROBE_FILE", str(probe))
-    import serve_trigger_probe as trigger_probe
-
-    trigger_probe.FIRED.clear()
-    db = tmp_path / "jobs.sqlite"
-    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=2)
-    plan = lambda now: [PlannedRun(key="nightly@20240301T0100Z", run_at=start, kwargs={"deployment": "d/n"})]  # noqa: E731
-
-    first = _service(db, plan)
-    first.start()  # plans at once (the poll job's first run is now)
-    first.replan()
-    assert set(first.planned()) == {"nightly@20240301T0100Z"}
-    first.shutdown()  # the process goes away before the start time
-    assert _lines(probe) == []
-
-    with time_machine.travel(start + timedelta(minutes=5), tick=True):
-        second = _service(db, plan)
-        second.start()  # the stored job is overdue but inside the misfire grace: it fires once
-        assert trigger_probe.FIRED.wait(timeout=30)
-        second.replan()  # the same plan again must not schedule it a second time
-        second.replan()
-        assert second.planned() == {}
-        second.shutdown()
-
-    third = _service(db, plan)
-    third.start()
-    third.replan()
-    assert third.planned() == {}
-    third.shutdown()
-    fired = _lines(probe)
-    assert [f["key"] for f in fired] == ["nightly@20240301T0100Z"]
-    assert fired[0]["deployment"] == "d/n"
-    assert fired_keys(db) == {"nightly@20240301T0100Z"}
-
-
-def test_replan_moves_a_run_when_the_forecast_changes(tmp_path):
-    db = tmp_path / "jobs.sqlite"
-    base = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=3)
-    when = {"at": base}
-    svc = _service(db, lambda now: [PlannedRun(key="k", run_at=when["at"])])
-    svc.scheduler.start(paused=True)
-    svc.replan()
-    assert svc.planned()["k"] == base
-    when["at"] = base + timedelta(minutes=2)  # within tolerance: left alone
-    assert svc.replan() == []
-    when["at"] = base + timedelta(hours=1)
-    assert [r.key for r in svc.replan()] == ["k"]
-    assert svc.planned()["k"] == base + timedelta(hours=1)
-    svc.shutdown()
-
-
-def _clocked_service(db: Path, plan, clock: dict) -> PlanningService:
-    return PlanningService(scheduler=PlanningService.build_scheduler(db), db_path=db, plan=plan, trigger_ref=TRIGGER,
-                           poll_interval_s=3600, now=lambda: clock["now"])
-
-
-def test_a_run_first_planned_for_now_is_scheduled(tmp_path):
-    """Regression: a run whose best start is the planning instant (serve started inside a clean window)
-    was taken for one already firing and skipped at every poll, so it never ran."""
-    db = tmp_path / "jobs.sqlite"
-    # the injected clock runs a day ahead of the real one, so the paused scheduler finds nothing due
-    clock = {"now": datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)}
-    svc = _clocked_service(db, lambda now: [PlannedRun(key="nightly@tomorrow", run_at=now)], clock)
-    svc.scheduler.start(paused=True)
-    assert [r.key for r in svc.replan()] == ["nightly@tomorrow"]
-    assert svc.planned() == {"nightly@tomorrow": clock["now"]}
-    svc.shutdown()
-
-
-def test_a_stored_run_gone_from_the_store_while_due_is_not_added_again(tmp_path):
-    """APScheduler drops a date job from the store when it submits it, before fire() claims the key."""
-    db = tmp_path / "jobs.sqlite"
-    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
-    clock = {"now": start - timedelta(hours=2)}
-    svc = _clocked_service(db, lambda now: [PlannedRun(key="k", run_at=max(now, start))], clock)
-    svc.scheduler.start(paused=True)
-    svc.replan()
-    assert set(svc.planned()) == {"k"}
-    svc.scheduler.remove_job("k", jobstore="default")  # what APScheduler does when the run is submitted
-    clock["now"] = start + timedelta(seconds=30)
-    assert svc.replan() == []
-    assert svc.planned() == {}
-    svc.shutdown()
-
-
-def test_fire_claims_a_key_once(tmp_path, monkeypatch):
-    probe = tmp_path / "fired.jsonl"
-    monkeypatch.setenv("GRIDSHIFT_PROBE_FILE", str(probe))
-    db = str(tmp_path / "jobs.sqlite")
-    assert fire(TRIGGER, "k1", db, {}) is True
-    assert fire(TRIGGER, "k1", db, {}) is False
-    assert len(_lines(probe)) == 1
 
 
 def test_plan_runs_shifts_into_the_clean_hours(nightly_policy):
@@ -146,36 +224,3 @@ def test_plan_runs_shifts_into_the_clean_hours(nightly_policy):
     assert [r.key for r in runs] == ["nightly-retrain@20240302T0100Z"]
     assert runs[0].run_at == datetime(2024, 3, 2, 3, 0, tzinfo=timezone.utc)
     assert runs[0].kwargs["nominal_start"] == "2024-03-02T01:00:00+00:00"
-
-
-def test_serve_cli_plans_into_its_job_store_and_stops_on_sigterm(tmp_path):
-    """`gridshift serve` end to end (no Prefect needed until a run is due): it plans the next night."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    repo = Path(__file__).resolve().parents[2]
-    db = tmp_path / "serve.sqlite"
-    env = {**os.environ, "GRIDSHIFT_HOME": str(tmp_path / "home")}
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "gridshift"), "serve", str(repo / "examples" / "nightly.yaml"),
-                             "--db", str(db), "--poll-s", "3600"], cwd=repo, env=env, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if "planned nightly-retrain@" in line:
-                break
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert any("planned nightly-retrain@" in line for line in lines), "".join(lines)
-    svc = _service(db, lambda now: [])
-    svc.scheduler.start(paused=True)
-    planned = svc.planned()
-    svc.shutdown()
-    assert len(planned) >= 1 and all(k.startswith("nightly-retrain@") for k in planned)
