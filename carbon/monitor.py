@@ -157,6 +157,9 @@ class CarbonMonitor:
         notes: list[str] = []
         provider = self._provider(spec)
         current = provider.current(now=now)
+        old = stale_reason(current, (), now, issued=now, max_staleness=self.max_staleness, horizon=self.forecast_horizon)
+        if old is not None:  # no need to ask for its history or forecast
+            raise StaleData(old)
         # history: learn_window on a cold cache; later only when the cached observations have a gap
         # longer than history_window (each read appends its current point, so polling fills the rest)
         observed: list[IntensityPoint] = list(cached.observed) if cached is not None else []

@@ -40,7 +40,7 @@ from scheduler.decide import Decision, decide
 from scheduler.ledger import Ledger
 from scheduler.policy import Policy
 from scheduler.policy_io import load_policy
-from scheduler.report import RunReport
+from scheduler.report import RunReport, deadline_miss
 
 __all__ = ["carbon_aware_training", "new_run_id", "quiet_domain_tracebacks"]
 
@@ -293,6 +293,10 @@ def carbon_aware_training(
     if raised is None and status != "completed":
         raised = JobFailed(run.exit_code if run.exit_code is not None else 1, run.tail)
     warnings.extend(run.warnings)
+    late_s, late_warning = deadline_miss(ended, deadline)
+    if late_warning:
+        logger.warning(late_warning)
+        warnings.append(late_warning)
     energy_j = run.energy_j
     extra = dict(run.extra)
     if raised is not None:  # so the CLI can map e.g. a GPU lost mid-run to its exit code
@@ -305,7 +309,7 @@ def carbon_aware_training(
         intensity_g_per_kwh=(run.carbon_g / energy_j * 3.6e6) if energy_j > 0 else reading.current.g_per_kwh,
         intensity_kind=reading.current.kind, intensity_source=reading.current.source or reading.source,
         modes=tuple(run.spans), decision_reason=decision.reason, exit_code=run.exit_code, error=error,
-        warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=extra,
+        warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=extra, late_s=late_s,
     ).to_json()
     try:
         write_ledger(report, ledger_path)

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["ModeSpan", "RunReport", "REPORT_VERSION", "joules_to_grams"]
+__all__ = ["ModeSpan", "RunReport", "REPORT_VERSION", "deadline_miss", "joules_to_grams"]
 
 REPORT_VERSION = 1
 
@@ -14,6 +14,16 @@ REPORT_VERSION = 1
 def joules_to_grams(energy_j: float, g_per_kwh: float) -> float:
     """Carbon of ``energy_j`` at ``g_per_kwh`` (1 kWh = 3.6e6 J)."""
     return energy_j / 3.6e6 * g_per_kwh
+
+
+def deadline_miss(ended: datetime, deadline: datetime | None) -> tuple[float | None, str]:
+    """``late_s`` of a run that ended at ``ended`` (0 on time, None without a deadline) and its warning ("" if on time)."""
+    if deadline is None:
+        return None, ""
+    late_s = max((ended - deadline).total_seconds(), 0.0)
+    if late_s <= 0:
+        return 0.0, ""
+    return late_s, f"deadline missed: finished {late_s:.0f} s after the deadline {deadline:%Y-%m-%d %H:%M:%S} UTC"
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,7 @@ class RunReport:
     warnings: tuple[str, ...] = ()
     carbon_sources: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    late_s: float | None = None  # seconds past the deadline (0: on time; None: no deadline)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,5 +97,6 @@ class RunReport:
             "error": self.error,
             "warnings": list(self.warnings),
             "carbon_sources": list(self.carbon_sources),
+            "late_s": self.late_s,
             **({"extra": self.extra} if self.extra else {}),
         }

@@ -19,7 +19,8 @@ Guarantees (one row per run key in the SQLite table ``gridshift_serve_runs``):
 - **nothing is lost silently**: a run that could not be triggered by its ``latest_start`` is
   recorded ``missed`` with the reason (every failed attempt's error and count), and logged;
 - **re-plans when forecasts change**: every ``poll_interval_s`` ``plan(now)`` runs again, and a run
-  not yet fired whose chosen time moved by more than ``move_tolerance_s`` is moved.
+  not yet due whose chosen time moved by more than ``move_tolerance_s`` is moved (a due run that is
+  waiting for Prefect keeps its time: it fires as soon as the trigger gets through).
 
 Why not APScheduler's job store (what this used to be): its scheduler reads the wall clock itself,
 drops a date job from the store when it *submits* it (a crash before the trigger lost the night),
@@ -266,8 +267,9 @@ class PlanningService:
                 if self.store.add(run, now):
                     result.planned.append(run.key)
                     self.log(f"planned {run.key} for {_hhmm(run.run_at)}" + (f": {run.reason}" if run.reason else ""))
-            elif stored.state == "planned" and \
+            elif stored.state == "planned" and stored.run_at > now and \
                     abs((stored.run_at - run.run_at).total_seconds()) > self.move_tolerance_s and self.store.move(run, now):
+                # a run already due is not moved: it fires as soon as the trigger gets through
                 result.moved.append(run.key)
                 self.log(f"moved {run.key} from {_hhmm(stored.run_at)} to {_hhmm(run.run_at)}"
                          + (f": {run.reason}" if run.reason else ""))

@@ -1,4 +1,4 @@
-"""Shared fixtures: a hermetic environment (no tokens, temp homes) and one Prefect server per session."""
+"""Shared fixtures: a hermetic environment (no tokens, temp homes) and ONE Prefect server per session."""
 
 from __future__ import annotations
 
@@ -24,16 +24,36 @@ def _hermetic_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
-    """A real Prefect API server (temporary SQLite) for the whole session; heartbeats off (~1 s each)."""
-    os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
+def prefect_server(tmp_path_factory: pytest.TempPathFactory):
+    """ONE real `prefect server start` on loopback for the whole session (tests/flows/local_server.py):
+    subprocess clients take ``prefect_server.env_for(tmp_path)``; outage tests may ``stop()`` and
+    ``start()`` it (same port and database). Skips locally, FAILS in CI, when it does not come up."""
+    from tests.flows.local_server import LocalPrefectServer
+
+    server = LocalPrefectServer(tmp_path_factory.mktemp("prefect-server"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(prefect_server):
+    """In-process flows against the session's Prefect server; heartbeats off (~1 s each).
+
+    What ``prefect.testing.utilities.prefect_test_harness`` does, minus its second server: point this
+    process's settings, and the process-global settings context that new threads fall back to, at
+    ``prefect_server``.
+    """
+    os.environ.setdefault("PREFECT_HOME", str(prefect_server.home / "client-home"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120):
-        with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    with temporary_settings({PREFECT_API_URL: prefect_server.url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
             yield
 
 

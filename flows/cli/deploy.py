@@ -115,10 +115,12 @@ def serve(
         raise typer.Exit(128 + stopped_by[0])
 
 
-def serve_plan(loaded: list[tuple[Path, Any]], targets: list[str]) -> Callable[[datetime], list[Any]]:
+def serve_plan(loaded: list[tuple[Path, Any]], targets: list[str], monitors: list[Any] | None = None,
+               ) -> Callable[[datetime], list[Any]]:
     """``plan(now)`` for the service: each policy's coming runs, with their deployment and latest start.
 
-    A policy whose carbon signal is down keeps its stored plan (its runs are simply not re-planned).
+    ``monitors`` (one per policy) default to the policies' own carbon chains. A policy whose carbon
+    signal is down keeps its stored plan (its runs are simply not re-planned).
     """
     from dataclasses import replace
 
@@ -126,7 +128,8 @@ def serve_plan(loaded: list[tuple[Path, Any]], targets: list[str]) -> Callable[[
     from scheduler.planning import plan_runs
     from scheduler.service import PlannedRun, latest_start
 
-    monitors = [monitor_for(pol) for _, pol in loaded]
+    if monitors is None:
+        monitors = [monitor_for(pol) for _, pol in loaded]
 
     def plan(now: datetime) -> list[PlannedRun]:
         runs: list[PlannedRun] = []

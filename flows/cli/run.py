@@ -154,6 +154,9 @@ def runs(
 
     with Ledger() as ledger:
         rows = ledger.runs(job=job, limit=limit)
+    for r in rows:  # on stderr, so --json stays one object on stdout
+        if r.get("late_s"):
+            typer.echo(f"warning: run {r['run_id']} of {r['job']} finished {r['late_s']:.0f} s after its deadline", err=True)
     if json_out:
         typer.echo(json.dumps(rows, sort_keys=True))
         return

@@ -1,16 +1,17 @@
-"""`gridshift serve`'s real path on a real local Prefect server: the planned run of examples/nightly.yaml
-becomes due (time-machine moves the service's clock), the real trigger ``flows.deploy:trigger_deployment``
-creates exactly one flow run of the deployment at the planned start with the run key as its idempotency
-key, and a restart on the same job store (or a repeated trigger) creates no second run. No worker: the
+"""Acceptance 2 of issue 12: `gridshift serve`'s real path on a real local Prefect server, through an outage.
+
+The plan is serve's own (``flows.cli.deploy.serve_plan`` over examples/nightly.yaml), the trigger is
+serve's own (``flows.deploy.trigger_deployment``); only the clock is injected. The server is stopped
+across the run's due time: the trigger fails and its claim is released; serve is restarted in
+between; the server comes back; the first trigger after it creates the flow run but its answer is
+"lost" (it raises once), so serve retries: the deployment has exactly one flow run, with the run key
+as its idempotency key, at the planned start. A restart afterwards changes nothing. No worker: the
 flow run only has to exist on the server.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -18,50 +19,19 @@ import pytest
 
 from tests.flows.local_server import BIN, REPO, run_cli
 
-time_machine = pytest.importorskip("time_machine")
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # two server starts on a loaded 2-core machine
 
 POLICY = REPO / "examples" / "nightly.yaml"
-TRIGGER = "flows.deploy:trigger_deployment"  # what `gridshift serve` passes
 # planning happens on a fixed evening so the replayed trace, and so the plan, are the same every run
 PLANNED_AT = datetime(2026, 6, 1, 18, 0, tzinfo=timezone.utc)
 
 
-def _service(db, plan):
-    from scheduler.service import PlanningService
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
 
-    service = PlanningService(scheduler=PlanningService.build_scheduler(db), db_path=db, plan=plan, trigger_ref=TRIGGER,
-                              poll_interval_s=3600)
-    done = threading.Event()
-    outcome: list[object] = []
-
-    def _on_job(event) -> None:
-        if event.job_id != "gridshift-replan":
-            outcome.append(event.exception if event.exception is not None else event.retval)
-            done.set()
-
-    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED
-
-    service.scheduler.add_listener(_on_job, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
-    service.fired, service.outcome = done, outcome  # type: ignore[attr-defined]
-    return service
-
-
-@contextmanager
-def _api_for_all_threads(api: str) -> Iterator[None]:
-    """Point Prefect at ``api`` here and in APScheduler's worker threads, where the trigger runs.
-
-    A new thread starts without this thread's settings context and falls back to Prefect's process-global
-    one, which the session's ``prefect_harness`` (when an earlier test used it) points at its own server.
-    Replacing the global context is what ``prefect_test_harness`` itself does.
-    """
-    import prefect.context
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings(updates={PREFECT_API_URL: api}):
-        with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
-            yield
+    def __call__(self) -> datetime:
+        return self.now
 
 
 def _flow_runs(api: str, deployment_id: str) -> list[dict]:
@@ -70,77 +40,70 @@ def _flow_runs(api: str, deployment_id: str) -> list[dict]:
     return resp.json()
 
 
-def test_serve_triggers_the_real_deployment_once(prefect_server, tmp_path, monkeypatch):
-    env = prefect_server
-    api = env["PREFECT_API_URL"]
-    out = run_cli([str(BIN / "gridshift"), "deploy", str(POLICY), "--no-schedule", "--pool", "it-pool", "--json"], env)
+def test_a_run_due_while_prefect_is_down_fires_exactly_once_when_it_is_back(prefect_server, tmp_path):
+    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+    from flows.cli.deploy import serve_plan
+    from flows.deploy import trigger_deployment
+    from scheduler.policy_io import load_policy
+    from scheduler.service import PlanningService
+
+    api = prefect_server.url
+    out = run_cli([str(BIN / "gridshift"), "deploy", str(POLICY), "--no-schedule", "--pool", "it-pool", "--json"],
+                  prefect_server.env_for(tmp_path))
     assert out.returncode == 0, out.stderr
     dep = json.loads(out.stdout)
     assert dep["name"] == "gridshift-nightly/nightly-retrain" and dep["cron"] == ""
 
-    for name, value in env.items():
-        if name.startswith("PREFECT_"):
-            monkeypatch.setenv(name, value)
+    plan = serve_plan([(POLICY, load_policy(POLICY))], [dep["name"]])
+    db, clock, log = tmp_path / "serve.sqlite", Clock(PLANNED_AT), []
+    answers_lost = []
 
-    from flows.sources import monitor_for
-    from scheduler.planning import plan_runs
-    from scheduler.policy_io import load_policy
-    from scheduler.service import fired_keys
+    def trigger_losing_its_first_answer(**kwargs):
+        run_id = trigger_deployment(**kwargs)
+        if not answers_lost:
+            answers_lost.append(run_id)
+            raise httpx.ReadError("connection reset after the request was sent")
+        return run_id
 
-    policy = load_policy(POLICY)
-    monitor = monitor_for(policy)
+    def service(trigger=trigger_deployment) -> PlanningService:
+        return PlanningService(db_path=db, plan=plan, trigger=trigger, now=clock, poll_interval_s=3600, log=log.append)
 
-    def plan(now: datetime):  # what `gridshift serve examples/nightly.yaml` plans
-        return plan_runs(policy, monitor.read(now).series, now=now,
-                         extra={"deployment": dep["name"], "policy_path": str(POLICY)})
-
-    db = tmp_path / "serve.sqlite"
-    with _api_for_all_threads(api):
-        with time_machine.travel(PLANNED_AT, tick=True):
-            first = _service(db, plan)
-            first.start()
-            first.replan()
-            planned = first.planned()
-            first.shutdown()
-        assert planned, "nothing planned for the coming night"
-        key, run_at = min(planned.items(), key=lambda kv: kv[1])
+    with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_CLIENT_MAX_RETRIES: 0}):
+        first = service()
+        first.tick()
+        key, run_at = min(first.planned().items(), key=lambda kv: kv[1])
         assert key.startswith("nightly-retrain@") and run_at > PLANNED_AT
         assert _flow_runs(api, dep["deployment_id"]) == []  # planned, not triggered
 
-        # the service comes back just after the chosen start: the stored run is due and fires once
-        with time_machine.travel(run_at + timedelta(minutes=1), tick=True):
-            second = _service(db, plan)
-            second.start()
-            assert second.fired.wait(timeout=30)
-            second.replan()
-            second.shutdown()
-        (result,) = second.outcome
-        assert result is True, result  # fire() claimed the key and the trigger returned without error
-        assert key in fired_keys(db)
+        prefect_server.stop()  # the outage spans the due time
+        clock.now = run_at + timedelta(minutes=1)
+        assert first.tick().failed == [key]
+        assert first.store.get(key).state == "planned"  # the claim is released
 
-        runs = _flow_runs(api, dep["deployment_id"])
-        assert len(runs) == 1, [(r["name"], r["parameters"]) for r in runs]
-        run = runs[0]
-        assert run["idempotency_key"] == key
-        assert run["state_type"] == "SCHEDULED"
-        expected = datetime.fromisoformat(run["expected_start_time"].replace("Z", "+00:00"))
-        assert expected == run_at
-        assert datetime.fromisoformat(run["parameters"]["planned_start"]) == run_at
-        assert run["parameters"]["policy_path"] == str(POLICY)
+        clock.now = first.next_wakeup()
+        second = service()  # serve restarted during the outage
+        assert second.tick().failed == [key]
+        assert second.store.get(key).attempts == 2
 
-        # a restart on the same job store plans nothing new and fires nothing
-        with time_machine.travel(run_at + timedelta(minutes=2), tick=True):
-            third = _service(db, plan)
-            third.start()
-            third.replan()
-            assert key not in third.planned()
-            third.shutdown()
-        assert third.outcome == []
+        prefect_server.start()
+        third = service(trigger_losing_its_first_answer)  # and restarted again once it is back
+        clock.now = third.store.get(key).next_try  # the retry the backoff set
+        assert third.tick().failed == [key]  # the run was created, the answer lost: retried
+        clock.now = third.next_wakeup()
+        assert third.tick().fired == [key]
+        clock.now += timedelta(hours=1)
+        assert service().tick().fired == []  # a restart afterwards changes nothing
 
-        # and were the trigger called again with the same key, Prefect's idempotency key keeps one run
-        from flows.deploy import trigger_deployment
-
-        again = trigger_deployment(key=key, deployment=dep["name"], planned_start=run_at.isoformat(),
-                                   policy_path=str(POLICY))
-        assert again == run["id"]
-        assert [r["id"] for r in _flow_runs(api, dep["deployment_id"])] == [run["id"]]
+    (run,) = _flow_runs(api, dep["deployment_id"])
+    assert answers_lost == [run["id"]]
+    assert run["idempotency_key"] == key
+    assert run["state_type"] == "SCHEDULED"
+    assert datetime.fromisoformat(run["expected_start_time"].replace("Z", "+00:00")) == run_at
+    assert datetime.fromisoformat(run["parameters"]["planned_start"]) == run_at
+    assert run["parameters"]["policy_path"] == str(POLICY)
+    row = third.store.get(key)
+    assert (row.state, row.outcome, row.attempts) == ("fired", run["id"], 4)
+    failed = [m for m in log if m.startswith(f"trigger of {key} failed (attempt ")]
+    assert len(failed) == 3 and "ConnectError" in failed[0] and "ReadError" in failed[2]
+    assert any(m.startswith(f"fired {key} (planned for ") and run["id"] in m for m in log)
