@@ -18,7 +18,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 
 class PrefectDown(ConnectionError):
@@ -58,24 +58,17 @@ class FakeDeployments:
         return self.runs[key]["id"]
 
 
-class PrefectApiStub:
-    """``with PrefectApiStub(["gridshift-nightly/nightly-retrain"]) as api: api.url`` ends in ``/api``."""
+class JsonServer:
+    """A real local HTTP server answering GETs with JSON: ``answer(path) -> (status, body)``; ``paths`` seen."""
 
-    def __init__(self, deployments: list[str]) -> None:
-        self.deployments = set(deployments)
-        stub = self
+    def __init__(self, answer: Callable[[str], tuple[int, Any]]) -> None:
+        self.paths: list[str] = []
+        outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                if self.path == "/api/health":
-                    self._send(200, True)
-                elif self.path.startswith("/api/deployments/name/"):
-                    name = self.path.removeprefix("/api/deployments/name/")
-                    self._send(200, {"id": "d1", "name": name}) if name in stub.deployments else self._send(404, {"detail": "Deployment not found"})
-                else:
-                    self._send(404, {"detail": "Not found"})
-
-            def _send(self, status: int, body: Any) -> None:
+                outer.paths.append(self.path)
+                status, body = answer(self.path)
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -87,13 +80,32 @@ class PrefectApiStub:
                 pass
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/api"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
 
-    def __enter__(self) -> "PrefectApiStub":
-        self._thread.start()
+    def __enter__(self) -> "JsonServer":
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+class PrefectApiStub(JsonServer):
+    """``with PrefectApiStub(["gridshift-nightly/nightly-retrain"]) as api: api.url`` ends in ``/api``."""
+
+    def __init__(self, deployments: list[str]) -> None:
+        super().__init__(self._answer)
+        self.deployments = set(deployments)
+        self.url += "/api"
+
+    def _answer(self, path: str) -> tuple[int, Any]:
+        if path == "/api/health":
+            return 200, True
+        name = path.removeprefix("/api/deployments/name/")
+        if name != path:
+            return (200, {"id": "d1", "name": name}) if name in self.deployments else (404, {"detail": "Deployment not found"})
+        return 404, {"detail": "Not found"}

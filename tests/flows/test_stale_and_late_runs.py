@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from typer.testing import CliRunner
 
 from scheduler.ledger import Ledger
 from scheduler.report import deadline_miss
+from tests.fakes.fake_prefect import JsonServer
 
 POLICY = """
 schema_version: 1
@@ -34,42 +33,19 @@ job: {{name: stale-check, command: [{python}, -c, "pass"], expected_duration_s: 
 """
 
 
-class OldIntensityServer:
-    """A real local HTTP server playing the UK grid API, whose "current" half hour ended 5 hours ago."""
-
-    def __init__(self, age: timedelta) -> None:
-        end = datetime.now(timezone.utc).replace(second=0, microsecond=0) - age
-        body = json.dumps({"data": [{"from": f"{end - timedelta(minutes=30):%Y-%m-%dT%H:%MZ}", "to": f"{end:%Y-%m-%dT%H:%MZ}",
-                                     "intensity": {"forecast": 90, "actual": 88, "index": "low"}}]}).encode()
-        self.paths: list[str] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                outer.paths.append(self.path)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+def old_intensity_server(age: timedelta) -> JsonServer:
+    """A real local HTTP server playing the UK grid API, whose "current" half hour ended ``age`` ago."""
+    end = datetime.now(timezone.utc).replace(second=0, microsecond=0) - age
+    body = {"data": [{"from": f"{end - timedelta(minutes=30):%Y-%m-%dT%H:%MZ}", "to": f"{end:%Y-%m-%dT%H:%MZ}",
+                      "intensity": {"forecast": 90, "actual": 88, "index": "low"}}]}
+    return JsonServer(lambda path: (200, body))
 
 
 @pytest.mark.slow
 def test_five_hour_old_data_is_not_used_the_fallback_is_and_the_report_says_why(tmp_path: Path, prefect_harness) -> None:
     from flows.training import carbon_aware_training
 
-    server = OldIntensityServer(timedelta(hours=5))
+    server = old_intensity_server(timedelta(hours=5))
     try:
         path = tmp_path / "policy.yaml"
         path.write_text(POLICY.format(url=server.url, python=sys.executable))
