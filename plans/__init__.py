@@ -5,7 +5,8 @@ Pure: no NVML, no clock, no HTTP. Imports carbon and backends only.
 
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Proposal, Trial
 from plans.callbacks import PowerLimitCallback, hf_callback, lightning_callback
-from plans.errors import BadProfile, BadTraceFile, PlanError, SimulationAborted
+from plans.errors import BadJobFile, BadProfile, BadTraceFile, PlanError, SimulationAborted
+from plans.job_protocol import GridshiftJob, JobResult, ModeAnnouncement
 from plans.power_limit import LimitMeasurement, PowerLimitProfiler, combine_ranks, local_limit_search
 from plans.profile_store import PowerProfile, ProfileStore, workload_fingerprint
 from plans.selectors import (
@@ -20,14 +21,18 @@ from plans.selectors import (
 )
 
 __all__ = [
+    "BadJobFile",
     "BadProfile",
     "BadTraceFile",
     "BatchSizeConfig",
     "BatchSizeOptimizer",
     "CarbonAware",
     "Energy",
+    "GridshiftJob",
+    "JobResult",
     "LimitMeasurement",
     "MaxSlowdown",
+    "ModeAnnouncement",
     "PlanError",
     "PowerLimitCallback",
     "PowerLimitProfiler",

@@ -1,0 +1,232 @@
+"""The files a training job and gridshift share while the job runs, and the job's side of them.
+
+gridshift gives the job three environment variables (all optional for the job to use):
+
+- ``GRIDSHIFT_BATCH_SIZE``: the batch size to start with (the mode's, or the optimiser's proposal
+  when the mode says ``batch_size: auto``);
+- ``GRIDSHIFT_MODE_FILE``: a JSON file that gridshift replaces atomically whenever the mode changes
+  (``{"version": 1, "seq": 0, "mode": "speed", "batch_size": 256, "since": ISO-8601, "reason": ...}``;
+  ``seq`` counts the changes from 0, ``batch_size`` is null when the mode sets none);
+- ``GRIDSHIFT_RESULT_FILE``: where the job writes its outcome, one JSON object (see :class:`JobResult`),
+  replaced atomically each time it is written. gridshift reads it after the job ends: ``reached``
+  feeds the batch-size optimiser, ``batch_sizes`` (the job's acknowledgements of mode changes) is
+  what the report says the job ran with.
+
+A job uses them through :class:`GridshiftJob`::
+
+    job = GridshiftJob.from_env()
+    batch_size = job.start_batch_size(default=256)
+    for epoch in range(max_epochs):
+        change = job.poll_mode()                   # at an epoch boundary
+        if change is not None and change.batch_size is not None:
+            batch_size = change.batch_size
+        if change is not None:
+            job.acknowledge(change, batch_size, epoch=epoch)
+        ...train one epoch...
+    job.finish(reached=loss <= target, epochs=epoch + 1, metric=loss, metric_name="loss")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from plans.errors import BadJobFile
+
+__all__ = [
+    "BATCH_SIZE_ENV",
+    "MODE_FILE_ENV",
+    "RESULT_FILE_ENV",
+    "BatchSizeAck",
+    "GridshiftJob",
+    "JobResult",
+    "ModeAnnouncement",
+    "read_mode_file",
+    "read_result_file",
+    "write_json_atomically",
+    "write_mode_file",
+]
+
+BATCH_SIZE_ENV = "GRIDSHIFT_BATCH_SIZE"
+MODE_FILE_ENV = "GRIDSHIFT_MODE_FILE"
+RESULT_FILE_ENV = "GRIDSHIFT_RESULT_FILE"
+
+
+def write_json_atomically(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temporary file and ``os.replace``: a reader sees
+    the old content or the new, never half of one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class ModeAnnouncement:
+    """One write of the mode file: the ``seq``-th mode of the run (0 = the mode the job started in)."""
+
+    seq: int
+    mode: str
+    batch_size: int | None
+    since: str
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": 1, "seq": self.seq, "mode": self.mode, "batch_size": self.batch_size,
+                "since": self.since, "reason": self.reason}
+
+
+class _ModeFileModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # newer gridshift versions may add keys; jobs keep working
+
+    version: Literal[1]
+    seq: int = Field(ge=0)
+    mode: str
+    batch_size: int | None = Field(default=None, gt=0)
+    since: str
+    reason: str = ""
+
+
+def write_mode_file(path: Path, announcement: ModeAnnouncement) -> None:
+    """Replace the mode file atomically (gridshift's side)."""
+    write_json_atomically(path, announcement.to_json())
+
+
+def _load_json(path: Path) -> Any | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BadJobFile(f"{path}: cannot read: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadJobFile(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+
+
+def _one_line(path: Path, exc: ValidationError) -> BadJobFile:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return BadJobFile(f"{path}: {where}: {err['msg']}{more}")
+
+
+def read_mode_file(path: Path) -> ModeAnnouncement | None:
+    """The current mode announcement, or None when gridshift has not written one (yet)."""
+    raw = _load_json(path)
+    if raw is None:
+        return None
+    try:
+        m = _ModeFileModel.model_validate(raw)
+    except ValidationError as exc:
+        raise _one_line(path, exc) from None
+    return ModeAnnouncement(seq=m.seq, mode=m.mode, batch_size=m.batch_size, since=m.since, reason=m.reason)
+
+
+class BatchSizeAck(BaseModel):
+    """The job switched to (or kept) ``batch_size`` after reading mode announcement ``mode_seq``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode_seq: int = Field(ge=0, description="seq of the mode announcement the job acted on")
+    batch_size: int = Field(gt=0, description="the batch size the job runs with from then on")
+    epoch: float | None = Field(default=None, ge=0, description="the epoch boundary where it switched")
+
+
+class JobResult(BaseModel):
+    """What the job writes to ``GRIDSHIFT_RESULT_FILE``. Every field but ``version`` is optional.
+
+    ``reached``: the job reached its target (e.g. validation loss); false: it stopped at its epoch
+    budget without; absent/null: it did not say (no batch-size trial is learnt from the run).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = 1
+    reached: bool | None = Field(default=None, description="the training target was reached")
+    epochs: float | None = Field(default=None, ge=0, description="epochs trained")
+    steps: int | None = Field(default=None, ge=0, description="optimiser steps taken")
+    metric: float | None = Field(default=None, description="the target metric's last value")
+    metric_name: str | None = Field(default=None, description="what metric is, e.g. 'val_loss'")
+    batch_sizes: tuple[BatchSizeAck, ...] = Field(default=(), description="acknowledged mode changes, in order")
+
+
+def read_result_file(path: Path) -> JobResult | None:
+    """The job's result, or None when it wrote none. :class:`BadJobFile` (one line) when malformed."""
+    raw = _load_json(path)
+    if raw is None:
+        return None
+    try:
+        return JobResult.model_validate(raw)
+    except ValidationError as exc:
+        raise _one_line(path, exc) from None
+
+
+class GridshiftJob:
+    """The training job's side: the start batch size, mode changes, acknowledgements and the result.
+
+    Every method is a no-op when gridshift did not set the variables, so the same script runs
+    standalone.
+    """
+
+    def __init__(self, *, batch_size: int | None, mode_file: Path | None, result_file: Path | None) -> None:
+        self._batch_size = batch_size
+        self.mode_file = mode_file
+        self.result_file = result_file
+        self._seen_seq = -1
+        self._acks: list[BatchSizeAck] = []
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "GridshiftJob":
+        env = os.environ if environ is None else environ
+        raw = env.get(BATCH_SIZE_ENV, "").strip()
+        try:
+            batch_size = int(raw) if raw else None
+        except ValueError:
+            raise BadJobFile(f"{BATCH_SIZE_ENV}={raw!r}: not an integer") from None
+        mode_file = env.get(MODE_FILE_ENV) or None
+        result_file = env.get(RESULT_FILE_ENV) or None
+        return cls(batch_size=batch_size, mode_file=Path(mode_file) if mode_file else None,
+                   result_file=Path(result_file) if result_file else None)
+
+    def start_batch_size(self, default: int) -> int:
+        """``GRIDSHIFT_BATCH_SIZE``, or ``default`` when gridshift sets none."""
+        return self._batch_size if self._batch_size is not None else default
+
+    def poll_mode(self) -> ModeAnnouncement | None:
+        """The mode announcement newer than the last one returned, or None. Call at safe points
+        (epoch boundaries); the first call returns the mode the job started in."""
+        if self.mode_file is None:
+            return None
+        current = read_mode_file(self.mode_file)
+        if current is None or current.seq <= self._seen_seq:
+            return None
+        self._seen_seq = current.seq
+        return current
+
+    def acknowledge(self, announcement: ModeAnnouncement, batch_size: int, *, epoch: float | None = None) -> None:
+        """Tell gridshift the job runs with ``batch_size`` since ``announcement`` (written at once)."""
+        self._acks.append(BatchSizeAck(mode_seq=announcement.seq, batch_size=batch_size, epoch=epoch))
+        self._write(JobResult(batch_sizes=tuple(self._acks)))
+
+    def finish(self, *, reached: bool | None, epochs: float | None = None, steps: int | None = None,
+               metric: float | None = None, metric_name: str | None = None) -> None:
+        """Write the outcome (call once, at the end of training)."""
+        self._write(JobResult(reached=reached, epochs=epochs, steps=steps, metric=metric, metric_name=metric_name,
+                              batch_sizes=tuple(self._acks)))
+
+    def _write(self, result: JobResult) -> None:
+        if self.result_file is not None:
+            write_json_atomically(self.result_file, result.model_dump(mode="json", exclude_none=True))
