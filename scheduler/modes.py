@@ -11,7 +11,8 @@ __all__ = ["resolve_settings"]
 def resolve_settings(mode: Mode, caps: Capabilities) -> Settings:
     """Absolute settings for ``mode`` on a device described by ``caps``.
 
-    A power-limit fraction is taken of the device's maximum and clamped to its range.
+    A power-limit fraction is taken of the device's maximum and clamped to its range. A
+    ``batch_size: auto`` mode leaves the batch size to the run's proposal (flows.trials).
     """
     power_w = mode.power_limit_w
     if mode.power_limit_fraction is not None and caps.power_limit_range_w is not None:
@@ -21,6 +22,6 @@ def resolve_settings(mode: Mode, caps: Capabilities) -> Settings:
         power_limit_w=power_w,
         sm_clock_mhz=mode.sm_clock_mhz,
         mem_clock_mhz=mode.mem_clock_mhz,
-        batch_size=mode.batch_size,
+        batch_size=mode.batch_size if isinstance(mode.batch_size, int) else None,
         clock_plan=mode.clock_plan,
     )

@@ -22,6 +22,7 @@ __all__ = [
     "PlanRule",
     "Rule",
     "Objective",
+    "BatchSizeSearch",
     "JobSpec",
     "BackendConfig",
     "Policy",
@@ -59,13 +60,24 @@ class Mode(Strict):
     power_limit_fraction: float | None = Field(default=None, gt=0, le=1, description="power limit as a fraction of the device maximum")
     sm_clock_mhz: tuple[int, int] | None = Field(default=None, description="locked SM clock range [min, max] in MHz (an int locks both)")
     mem_clock_mhz: int | None = Field(default=None, gt=0, description="locked memory clock (GeForce only; HBM parts refuse)")
-    batch_size: int | None = Field(default=None, gt=0, description="batch size handed to the job (GRIDSHIFT_BATCH_SIZE)")
+    batch_size: Annotated[int, Field(gt=0)] | Literal["auto"] | None = Field(
+        default=None, description="batch size handed to the job (GRIDSHIFT_BATCH_SIZE); 'auto': the batch-size "
+                                  "optimiser proposes one per run from the job's history (needs job.batch_size_search)"
+    )
     clock_plan: Path | None = Field(default=None, description="per-kernel DVFS plan file")
     max_slowdown: float | None = Field(default=None, ge=0, description="largest acceptable slowdown vs speed mode, e.g. 0.1 = 10%")
     power_limit_select: Literal["energy", "time", "zeus_cost", "max_slowdown", "carbon"] | None = Field(
         default=None, description="power limit 'auto': profile the limits in-process and pick one with this selector (plans.selectors)"
     )
     eta: float = Field(default=0.5, ge=0, le=1, description="weight of energy vs time for the zeus_cost and carbon selectors")
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _batch_size_or_auto(cls, v: Any) -> Any:
+        # one clear message instead of one per member of the union
+        if v is None or v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+            return v
+        raise ValueError("batch_size must be a positive integer or 'auto'")
 
     @field_validator("sm_clock_mhz", mode="before")
     @classmethod
@@ -151,6 +163,26 @@ class Objective(Strict):
     time_value_g_per_h: float = Field(default=0.0, ge=0, description="grams CO2 one hour earlier finish is worth (0 = carbon only under the deadline)")
 
 
+class BatchSizeSearch(Strict):
+    """The batch sizes a ``batch_size: auto`` mode may propose, and Zeus's cost knobs.
+
+    A run's cost is ``eta * energy + (1 - eta) * max_power * time`` (J; max_power: the device's
+    largest power limit times its GPU count); a run whose cost passes ``beta`` times the cheapest
+    run that reached its target is stopped.
+    """
+
+    sizes: tuple[Annotated[int, Field(gt=0)], ...] = Field(min_length=1, description="batch sizes the job supports")
+    default: int = Field(gt=0, description="the size known to reach the target; the first runs use it")
+    eta: float = Field(default=0.5, ge=0, le=1, description="weight of energy vs time in the cost")
+    beta: float | None = Field(default=2.0, gt=1, description="stop a run past beta x the best cost (null: never stop)")
+
+    @model_validator(mode="after")
+    def _default_in_sizes(self) -> "BatchSizeSearch":
+        if self.default not in self.sizes:
+            raise ValueError(f"default {self.default} is not one of sizes {list(self.sizes)}")
+        return self
+
+
 class JobSpec(Strict):
     """What to run, how long it takes, and when it may run.
 
@@ -170,6 +202,7 @@ class JobSpec(Strict):
     resume_overhead_s: float = Field(default=0.0, ge=0, description="extra speed-mode seconds of work each resume costs (reload, warm-up)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the command")
     workdir: Path | None = Field(default=None, description="working directory for the command (default: the current directory)")
+    batch_size_search: BatchSizeSearch | None = Field(default=None, description="search space of 'batch_size: auto' modes")
 
     @field_validator("command", mode="before")
     @classmethod
@@ -224,4 +257,7 @@ class Policy(Strict):
             name = getattr(self.rules, which)
             if name not in self.modes:
                 raise ValueError(f"rules.{which} names unknown mode {name!r} (modes: {', '.join(self.modes)})")
+        auto = [name for name, m in self.modes.items() if m.batch_size == "auto"]
+        if auto and self.job.batch_size_search is None:
+            raise ValueError(f"mode {auto[0]!r} says batch_size: auto: give job.batch_size_search (sizes, default)")
         return self
