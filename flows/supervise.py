@@ -16,6 +16,7 @@ from backends.errors import NoPermission
 from backends.types import Capabilities
 from carbon.monitor import CarbonMonitor, Reading
 from flows.job import JobHandle
+from flows.mode_file import ModeFileChannel, mode_batch_sizes
 from plans.profile_store import PowerProfile
 from scheduler.auto_power import FINGERPRINT_ENV, GPU_MODEL_ENV, PROFILE_DIR_ENV, choose_power_limit
 from scheduler.clock_plans import CLOCK_PLAN_ENV, ModePlan
@@ -85,6 +86,7 @@ def supervise(
     power_profile: PowerProfile | None = None,
     fingerprint: str = "",
     profile_dir: Path | None = None,
+    mode_file: ModeFileChannel | None = None,
 ) -> SupervisedRun:
     """Run one job to the end. ``out`` is filled as the run goes, so a failure keeps what was measured.
 
@@ -97,7 +99,9 @@ def supervise(
 
     ``clock_plans`` (checked by :func:`scheduler.clock_plans.load_clock_plans`): the first mode's
     plan goes to the job in ``GRIDSHIFT_CLOCK_PLAN``, for its in-process executor. ``power_profile``:
-    the stored profile that ``power_limit_select`` modes choose their limit from.
+    the stored profile that ``power_limit_select`` modes choose their limit from. ``mode_file``: the
+    job's batch sizes and the mode file written at every mode change (default: the policy's batch
+    sizes, no files); each span reports the batch size the job really had (:mod:`flows.mode_file`).
     """
     run = out if out is not None else SupervisedRun()
     meter = backend.meter()
@@ -115,12 +119,15 @@ def supervise(
     last_fraction = 0.0
     observed: dict[str, list[float]] = {}  # mode -> [wall seconds, work seconds gained]
 
+    channel = mode_file if mode_file is not None else ModeFileChannel(None, mode_batch_sizes(policy, None))
     plans = dict(clock_plans or {})
     job_plan = plans.get(decision.mode)
 
     def enter(mode: str, reason: str) -> tuple[str, datetime, str]:
         m = policy.modes[mode]
-        settings = resolve_settings(m, caps)
+        # the batch size is the job's, not the hardware's: the span says what the job had (label_spans)
+        settings = replace(resolve_settings(m, caps), batch_size=None)
+        channel.announce(mode, reason, now())
         notes: list[str] = []
         if m.power_limit_select is not None:
             values = reading.series.values() if reading.series else []
@@ -172,10 +179,7 @@ def supervise(
         run.spans.append(ModeSpan(mode=mode, start=since, end=end, reason=reason, settings=described,
                                   energy_j=window.energy_j, g_per_kwh=g, carbon_g=joules_to_grams(window.energy_j, g)))
 
-    mode_settings_env = {
-        "GRIDSHIFT_MODE": decision.mode,
-        **({"GRIDSHIFT_BATCH_SIZE": str(policy.modes[decision.mode].batch_size)} if policy.modes[decision.mode].batch_size else {}),
-    }
+    mode_settings_env = {"GRIDSHIFT_MODE": decision.mode, **channel.job_env(decision.mode)}
     if job_plan is not None:
         mode_settings_env[CLOCK_PLAN_ENV] = str(job_plan.path)
         run.extra["clock_plan"] = job_plan.to_json()
@@ -243,4 +247,10 @@ def supervise(
             handle.kill()
         run.tail = handle.tail
         close_span(mode, since, described, reason)
+        result, warning = channel.result()
+        run.spans[:] = channel.label_spans(run.spans, result)
+        if result is not None:
+            run.extra["job_result"] = result.model_dump(mode="json", exclude_none=True)
+        if warning:
+            run.warnings.append(warning)
     return run

@@ -30,13 +30,16 @@ from carbon.monitor import CarbonMonitor, Reading
 from carbon.series import as_utc
 from flows.artifacts import artifact_key, report_markdown
 from flows.job import JobFailed, JobHandle, start_callable, start_command
+from flows.mode_file import ModeFileChannel, mode_batch_sizes
 from flows.sources import monitor_for
 from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, supervise
+from flows.trials import CostWatchedJob, begin_trial
 from plans.errors import BadProfile
 from plans.profile_store import PowerProfile, ProfileStore
 from scheduler.auto_power import job_fingerprint, profiles_dir
 from scheduler.clock_plans import ModePlan, load_clock_plans
 from scheduler.decide import Decision, decide
+from scheduler.errors import LedgerError
 from scheduler.ledger import Ledger
 from scheduler.policy import Policy
 from scheduler.policy_io import load_policy
@@ -107,28 +110,45 @@ def wait_until(start_at: datetime, now: Callable[[], datetime] = _utcnow, sleep:
 def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision,
                    reading: Reading, command: list[str] | None, deadline: datetime | None, out: SupervisedRun,
                    clock_plans: dict[str, ModePlan] | None = None, power_profile: PowerProfile | None = None,
-                   fingerprint: str = "") -> SupervisedRun:
+                   fingerprint: str = "", ledger_path: str | None = None, run_id: str = "") -> SupervisedRun:
     logger = get_run_logger()
     caps = backend.capabilities()
 
     progress_path = Path(tempfile.mkdtemp(prefix="gridshift-")) / "progress"
+    trial = begin_trial(policy, fingerprint, caps, ledger_path=ledger_path, run_id=run_id, measured=backend.measured)
+    if trial is not None:
+        logger.info("batch size %d (%s): %s", trial.proposal.batch_size, trial.proposal.phase, trial.proposal.reason)
+    channel = ModeFileChannel(progress_path.parent, mode_batch_sizes(policy, trial.proposal.batch_size if trial else None))
+    watched: list[CostWatchedJob] = []
 
-    def start_job(env: dict[str, str]) -> JobHandle:
+    def start_job(env: dict[str, str]) -> JobHandle | CostWatchedJob:
         job_env = {**policy.job.env, **env, PROGRESS_ENV: str(progress_path)}
-        if command:
-            return start_command(command, on_line=logger.info, env=job_env, cwd=policy.job.workdir)
-        if policy.job.command:
-            return start_command(policy.job.command, on_line=logger.info, env=job_env, cwd=policy.job.workdir)
-        assert policy.job.callable is not None
-        return start_callable(policy.job.callable, env=job_env, on_line=logger.info)
+        argv = command or policy.job.command
+        if not argv:
+            assert policy.job.callable is not None
+            if trial is not None and trial.beta is not None:
+                out.warnings.append("batch-size early stop needs a command job: a callable cannot be stopped")
+            return start_callable(policy.job.callable, env=job_env, on_line=logger.info)
+        handle = start_command(argv, on_line=logger.info, env=job_env, cwd=policy.job.workdir)
+        if trial is None:
+            return handle
+        watched.append(trial.watch(handle, backend.energy_mj))
+        return watched[0]
 
     try:
         return supervise(policy=policy, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
                          first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
                          out=out, progress=progress_file_reader(progress_path),
                          clock_plans=clock_plans, power_profile=power_profile, fingerprint=fingerprint,
-                         profile_dir=profiles_dir())
+                         profile_dir=profiles_dir(), mode_file=channel)
     finally:
+        if trial is not None:  # recorded whatever happened, so a pending trial never lingers
+            result, _ = channel.result()
+            try:
+                out.extra["batch_size_trial"] = trial.finish(watched[0] if watched else None, result, out.exit_code,
+                                                             channel.batch_sizes_used(result))
+            except LedgerError as exc:  # the run's own outcome (and its report) matter more
+                out.warnings.append(f"batch-size trial not recorded: {exc}")
         shutil.rmtree(progress_path.parent, ignore_errors=True)
 
 
@@ -257,7 +277,7 @@ def carbon_aware_training(
         uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
         try:
             run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
-                           clock_plans, power_profile, fingerprint)
+                           clock_plans, power_profile, fingerprint, ledger_path, run_id)
         finally:
             uninstall_signal_restore()
     except BaseException as exc:  # the report is still written, then the flow fails
@@ -282,6 +302,8 @@ def carbon_aware_training(
     parts: list[str] = []
     if errors and errors[0] is not restore_error:  # the run's own error (or a close's) comes first
         parts.append(_describe(errors[0]))
+    elif run.extra.get("batch_size_trial", {}).get("outcome") == "stopped":
+        parts.append(run.extra["batch_size_trial"]["note"])
     elif run.exit_code not in (0, None):
         parts.append(str(JobFailed(run.exit_code, run.tail)))
     if restore_error is not None:

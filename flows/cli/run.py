@@ -63,6 +63,11 @@ def _human(report: dict[str, Any]) -> str:
     if len(report["modes"]) > 1:
         lines.append("  modes      " + " -> ".join(f"{m['mode']}@{m['start'][11:19]}" for m in report["modes"]))
     extra = report.get("extra", {})
+    if "batch_size_trial" in extra:
+        t = extra["batch_size_trial"]
+        bound = f", stop at {t['cost_bound_j']:.0f} J" if t.get("cost_bound_j") else ""
+        lines.append(f"  batch size {t['batch_size']} ({t['phase']}): {t['outcome']}, cost {t['cost_j']:.0f} J "
+                     f"({t['cost_label']}{bound})")
     if "power_limit_auto" in extra:
         lines.append(f"  power      {extra['power_limit_auto']['reason']}")
     if "clock_plan" in extra:
