@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 from backends.simulated import SimulatedBackend
@@ -22,9 +22,9 @@ from flows.supervise import supervise
 from plans.job_protocol import BatchSizeAck, GridshiftJob, ModeAnnouncement, read_mode_file
 from scheduler.decide import decide
 from scheduler.policy import Policy
+from tests.flows.test_supervise_timeline import T0, FakeClock
 
 REPO = Path(__file__).resolve().parents[2]
-T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 
 
 def _policy() -> Policy:
@@ -46,22 +46,11 @@ def _signal() -> IntensitySeries:
                               for i in range(36))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> datetime:
-        return self.t
-
-    def monotonic(self) -> float:
-        return (self.t - T0).total_seconds()
-
-
 class InjectedTimeJob:
     """A real job; each ``wait(timeout)`` waits for real only until the job has begun training (its
     result file exists), then advances the injected clock by ``timeout`` and polls the job briefly."""
 
-    def __init__(self, handle, clock: Clock, started: Path, mode_file: Path) -> None:
+    def __init__(self, handle, clock: FakeClock, started: Path, mode_file: Path) -> None:
         self.handle, self.clock, self.started, self.mode_file = handle, clock, started, mode_file
         self.seen_modes: list[dict] = []
 
@@ -84,7 +73,7 @@ class InjectedTimeJob:
 
 def _supervise(tmp_path: Path, argv: list[str], started: Path):
     policy = _policy()
-    clock = Clock()
+    clock = FakeClock()
     backend = SimulatedBackend(clock=clock.monotonic)
     monitor = CarbonMonitor(sources=[SourceSpec("trace", lambda: TraceProvider(series=_signal(), replay="aligned"))],
                             forecast_horizon=timedelta(hours=6), history_window=timedelta(hours=1))
