@@ -65,8 +65,10 @@ class BatchSizeTrial:
         """Record the outcome in the history; returns the report's ``batch_size_trial`` entry."""
         energy_j, time_s = watched.totals() if watched is not None else (0.0, 0.0)
         stopped = watched.stopped if watched is not None else ""
-        outcome, reached, note = trial_outcome(result, exit_code, stopped=stopped,
-                                               mixed=bool(used - {self.proposal.batch_size}))
+        others = sorted(used - {self.proposal.batch_size})
+        outcome, reached, note = trial_outcome(result, exit_code, stopped=stopped, mixed=bool(others))
+        if others:
+            note = f"the job also ran with batch size {', '.join(map(str, others))}: {note}"
         cost = self.cost(energy_j, time_s)
         with BatchSizeHistory(self.ledger_path) as history:
             history.finish(self.trial_id, cost=cost, reached=reached, outcome=outcome, energy_j=energy_j,
@@ -88,7 +90,7 @@ def trial_outcome(result: JobResult | None, exit_code: int | None, *, stopped: s
     if stopped:
         return "stopped", False, stopped
     if mixed:
-        return "mixed", False, "the job changed its batch size mid-run: not a trial of the proposed size"
+        return "mixed", False, "not a trial of the proposed size alone"
     if result is None or result.reached is None:
         if exit_code == 0:
             return "no_result", False, "the job did not say whether it reached its target (GRIDSHIFT_RESULT_FILE)"
