@@ -68,11 +68,15 @@ def test_resample_carries_values_over_gaps():
 
 
 def test_perfect_forecast_gridshift_is_near_the_oracle(nightly_policy):
+    from scheduler.policy import PlanRule
+
     series = _synthetic(days=12)
-    s = simulate(nightly_policy, series, MODEL, PerfectForecaster()).summary()
+    # the planner itself, with no min gain: only margin and dwell stand between it and the oracle
+    policy = nightly_policy.model_copy(update={"rules": PlanRule(min_gain=0.0, slot_s=1800, interval_s=1800, min_dwell_s=1800)})
+    s = simulate(policy, series, MODEL, PerfectForecaster()).summary()
     st = s["strategies"]
     assert st["gridshift"]["carbon_g"] <= st["static_efficiency"]["carbon_g"] + 1e-6
-    assert st["gridshift"]["share_of_oracle_saving"] >= 0.85  # min gain, margin and dwell cost the rest
+    assert st["gridshift"]["share_of_oracle_saving"] >= 0.85  # margin and dwell cost the rest
 
 
 def test_issued_forecasts_are_read_as_of_each_decision(tmp_path):
