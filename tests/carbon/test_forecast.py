@@ -68,7 +68,7 @@ def test_forecast_series_labels_its_points() -> None:
     now = T0 + timedelta(days=3) - timedelta(minutes=1)
     fc = forecast_series(hist, now=now, horizon=timedelta(hours=6))
     assert len(fc) == 6 and fc.start == T0 + timedelta(days=3)
-    assert all(p.forecast and p.estimated and p.kind == "marginal" and p.source == "forecast:seasonal" for p in fc)
+    assert all(p.forecast and p.estimated and p.kind == "marginal" and p.source == "forecast:daily_profile" for p in fc)
     fc2 = forecast_series(hist, now=now, horizon=timedelta(hours=6), method="persistence")
     assert {p.source for p in fc2} == {"forecast:persistence"}
 

@@ -144,11 +144,11 @@ def test_builtin_forecaster_fills_in_when_the_provider_has_no_forecast() -> None
     now = datetime(2022, 10, 23, 6, 5, tzinfo=timezone.utc)
     monitor = CarbonMonitor([SourceSpec("miso", lambda: HistoryOnly(series))], forecast_horizon=timedelta(hours=12))
     r = monitor.read(now)
-    assert r.has_forecast and r.forecast_by == "forecast:seasonal"
+    assert r.has_forecast and r.forecast_by == "forecast:daily_profile"
     future = [p for p in r.series if p.start > now]
-    assert len(future) == 12 and all(p.forecast and p.estimated and p.source == "forecast:seasonal" for p in future)
+    assert len(future) == 12 and all(p.forecast and p.estimated and p.source == "forecast:daily_profile" for p in future)
     assert all(p.kind == "marginal" for p in future)  # the kind of the history it learned from
-    assert any("built-in seasonal forecast used" in n for n in r.notes)
+    assert any("built-in daily_profile forecast used" in n for n in r.notes)
     lo, hi = min(series.values()), max(series.values())
     assert all(lo * 0.8 <= p.g_per_kwh <= hi * 1.2 for p in future)
 
@@ -181,7 +181,7 @@ def test_a_provider_without_forecast_or_new_history_is_not_asked_on_every_read()
     now = datetime(2022, 10, 22, 6, 5, tzinfo=timezone.utc)
     for i in range(6):  # every 10 min for an hour
         r = monitor.read(now + i * STEP)
-        assert r.forecast_by == "forecast:seasonal"
+        assert r.forecast_by == "forecast:daily_profile"
     assert provider.forecast_calls == 1 and provider.history_calls == 1
     monitor.read(now + timedelta(hours=1, minutes=1))
     assert provider.forecast_calls == 2
