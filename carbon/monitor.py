@@ -124,7 +124,7 @@ class CarbonMonitor:
     cache_dir: str | Path | None = None
     max_staleness: timedelta = timedelta(hours=1)
     refresh_after: timedelta = timedelta(0)
-    forecaster: ForecasterName | None = "seasonal"
+    forecaster: ForecasterName | None = "daily_profile"
     learn_window: timedelta = timedelta(days=7)
     rest_base: timedelta = timedelta(minutes=1)
     rest_max: timedelta = timedelta(minutes=15)

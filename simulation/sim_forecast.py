@@ -1,23 +1,17 @@
-"""Forecasts the simulator could have had at planning time. Pure numpy; the rng is passed in.
+"""Forecasts the simulator could have had at each decision. Pure numpy; the rng is passed in.
 
 A :class:`GridForecaster` answers "standing at grid index ``i``, what do you expect for the next
 ``n`` values?" using only what it is allowed to know:
 
-- :class:`DailyProfileForecaster` (the built-in one): past data only. The expected value at a
-  time of day is the median of the same time of day over the last ``days`` days, shifted so that
-  it starts at the latest observed value and the shift fades out over ``blend_s`` (persistence for
-  the next hours, the daily shape after). This is the classic same-hour-of-past-days baseline.
-- :class:`NoisyTraceForecaster`: the real future plus multiplicative noise of relative size
-  ``error`` (autocorrelated, like real forecast errors), for "what if my provider's forecast is
-  X% off".
+- :class:`DailyProfileForecaster` (the default): past data only, through the flow's own forecaster
+  :func:`carbon.forecast.daily_profile` on the trace's grid (one forecaster for flow and simulator);
+- :class:`IssuedForecaster`: an archive of forecasts as issued: at each decision the newest
+  forecast issued at or before it (``simulate --forecast-file``);
+- :class:`NoisyTraceForecaster`: the real future plus autocorrelated multiplicative noise of
+  relative size ``error``, for "what if my provider's forecast is X % off";
 - :class:`PerfectForecaster`: the real future (the oracle).
 
-Why not :func:`carbon.forecast.seasonal_hourly` (the monitor's fill-in forecaster)? It has the
-better 24 h MAPE, but it is tuned for the level over a day ahead, not for ranking the hours of
-one night: fed to this simulator on the job's grid (hourly means, repeated per step) it reached
-only 73 % (DE 2020) and 35 % (GB 2020) of the oracle's saving, against 83 % / 97 % for the
-daily-profile median below (measured 2026-11-30, ``examples/nightly.yaml``). Making the two one
-forecaster is open work, to be judged on scheduling outcomes rather than MAPE.
+Index ``i`` itself is observed: every forecaster returns the true value there.
 """
 
 from __future__ import annotations
@@ -26,7 +20,10 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["GridForecaster", "DailyProfileForecaster", "NoisyTraceForecaster", "PerfectForecaster"]
+from carbon.forecast import daily_profile
+from carbon.issued import IssuedForecasts
+
+__all__ = ["GridForecaster", "DailyProfileForecaster", "IssuedForecaster", "NoisyTraceForecaster", "PerfectForecaster"]
 
 
 class GridForecaster(Protocol):
@@ -72,7 +69,7 @@ class NoisyTraceForecaster:
 
 
 class DailyProfileForecaster:
-    """Median of the same time of day over the past ``days`` days, anchored on the latest value."""
+    """:func:`carbon.forecast.daily_profile` on the simulator's grid: past data only."""
 
     def __init__(self, *, step_s: float, days: int = 14, blend_s: float = 3 * 3600.0) -> None:
         self.per_day = max(int(round(86400.0 / step_s)), 1)
@@ -80,16 +77,28 @@ class DailyProfileForecaster:
         self.blend_steps = max(blend_s / step_s, 1.0)
 
     def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
-        current = float(values[now_index])
-        have = min(self.days, now_index // self.per_day)
-        if have == 0:
-            return np.full(n, current)  # no history yet: persistence
-        ahead = now_index + np.arange(n)
-        lags = np.arange(1, have + 1)[:, None] * self.per_day
-        # for targets still in the future of the past day, step back whole days until observed
-        idx = ahead[None, :] - lags
-        idx = np.where(idx > now_index, idx - self.per_day * ((idx - now_index) // self.per_day + 1), idx)
-        profile = np.median(values[np.clip(idx, 0, now_index)], axis=0)
-        offset = current - profile[0]
-        fade = np.clip(1.0 - np.arange(n) / self.blend_steps, 0.0, 1.0)
-        return np.maximum(profile + offset * fade, 0.0)
+        start = max(now_index - self.days * self.per_day - self.per_day, 0)  # the history it can use
+        ahead = daily_profile(values[start: now_index + 1], n - 1, per_day=self.per_day, days=self.days,
+                              blend_steps=self.blend_steps)
+        return np.concatenate(([float(values[now_index])], ahead))
+
+
+class IssuedForecaster:
+    """The newest issued forecast at or before each decision; the observed value at the decision itself.
+
+    Where no forecast was issued yet, or past an issue's horizon, the last known value holds.
+    """
+
+    def __init__(self, issued: IssuedForecasts, *, origin_s: float, step_s: float) -> None:
+        self.issued = issued
+        self.origin_s = origin_s
+        self.step_s = step_s
+
+    def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
+        at = self.origin_s + now_index * self.step_s
+        got = self.issued.on_grid(at, at, self.step_s, n)
+        if got is None:
+            return np.full(n, float(values[now_index]))
+        out = np.array(got, dtype=float)
+        out[0] = float(values[now_index])
+        return out
