@@ -2,9 +2,10 @@
 
 Run from the repo root:
     .venv/bin/python benchmarks/simulate_year.py ../shared/data/carbon/lets-wait-awhile/ger_ci.csv
-Prints wall seconds of the full simulation (baseline + gridshift + oracle, built-in forecaster),
-of a baseline-only pass over the same jobs (reading + resampling + one integral per job), their
-ratio, and the acceptance target (< 30 s). Every energy figure is modelled.
+Prints wall and CPU seconds of the full simulation (all six strategies, built-in forecaster), of a
+baseline-only pass over the same jobs (reading + resampling + one integral per job), their ratio,
+and the acceptance target (< 10 s). Every energy figure is modelled. CPU seconds are printed too
+because a shared machine's wall time says more about its other users than about this code.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ def main(trace_path: str) -> None:
     from scheduler.policy_io import load_policy
     from simulation.sim_forecast import DailyProfileForecaster
     from scheduler.cron import cron_occurrences
-    from simulation.simulate import model_from_backend, resample, simulate
+    from scheduler.mode_figures import figures_for_policy
+    from simulation.simulate import resample, simulate
 
     policy = load_policy(REPO / "examples" / "nightly.yaml")
-    model = model_from_backend(policy, SimulatedBackend())
+    profile = sys.argv[2] if len(sys.argv) > 2 else None
+    model = figures_for_policy(policy, profile=profile) if profile else figures_for_policy(policy, backend=SimulatedBackend())
 
     t = time.perf_counter()
     series = read_trace(trace_path)
@@ -42,17 +45,17 @@ def main(trace_path: str) -> None:
     _ = np.interp(starts + policy.job.expected_duration_s, edges, cum) - np.interp(starts, edges, cum)
     baseline_s = time.perf_counter() - t
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     series = read_trace(trace_path)
     result = simulate(policy, series, model, DailyProfileForecaster(step_s=resample(series)[1]))
-    full_s = time.perf_counter() - t
+    full_s, full_cpu = time.perf_counter() - t, time.process_time() - c
     s = result.summary()
     print(f"trace {Path(trace_path).name}: {s['jobs']} jobs, step {s['step_s']:.0f} s")
     print(f"baseline-only pass   {baseline_s:7.2f} s")
-    print(f"full simulation      {full_s:7.2f} s   ratio {full_s / baseline_s:6.1f}x baseline-only   target < 30 s: "
-          f"{'ok' if full_s < 30 else 'MISSED'}")
-    print(f"savings {s['savings_pct']:.1f}% vs oracle {s['oracle_savings_pct']:.1f}% "
-          f"({s['savings_pct'] / s['oracle_savings_pct']:.0%} of oracle), deadline misses {s['deadline_misses']} (modelled energy)")
+    print(f"full simulation      {full_s:7.2f} s wall, {full_cpu:.2f} s CPU   ratio {full_s / baseline_s:6.1f}x baseline-only   "
+          f"target < 10 s: {'ok' if full_s < 10 else 'MISSED'}")
+    for name, st in s["strategies"].items():
+        print(f"  {name:<18} saving {st['savings_pct']:6.2f}%  misses {st['deadline_misses']}  (modelled energy)")
 
 
 if __name__ == "__main__":

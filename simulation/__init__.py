@@ -3,6 +3,6 @@
 May import carbon, backends, plans and scheduler; never flows (the CLI in flows calls it).
 """
 
-from simulation.simulate import JobOutcome, ModeModel, SimulationResult, model_from_backend, model_from_profile, resample, simulate
+from simulation.simulate import STRATEGIES, JobOutcome, SimulationResult, resample, simulate
 
-__all__ = ["JobOutcome", "ModeModel", "SimulationResult", "model_from_backend", "model_from_profile", "resample", "simulate"]
+__all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "resample", "simulate"]

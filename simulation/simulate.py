@@ -1,19 +1,24 @@
-"""Replay a policy's recurring job over a whole carbon trace: baseline vs gridshift vs oracle.
+"""Replay a policy's recurring job over a whole carbon trace, strategies side by side.
 
-For every cron occurrence whose whole window lies inside the trace, three strategies run the same
-job (``expected_duration_s`` of work, measured in clean-mode seconds):
+For every cron occurrence whose whole window lies inside the trace, each strategy runs the same job
+(``expected_duration_s`` of work, counted in reference-mode seconds):
 
-- **baseline**: start at the nominal (cron) time, clean (speed) mode throughout;
-- **gridshift**: at the earliest allowed start the planner takes a forecast it could have had
-  (``forecaster``: the built-in daily-profile forecaster on past data, or the trace plus error),
-  picks the start with :func:`scheduler.shifting.best_start_over_modes` (minimum gain and safety
-  margin), then every ``rules.interval_s`` re-decides the mode with :func:`scheduler.decide.decide`
-  on a fresh forecast (hysteresis, minimum dwell, deadline guard with progress tracking);
-- **oracle**: the same levers with perfect foresight (perfect forecast, no minimum gain, no margin).
+- **baseline**: start at the nominal (cron) time, reference (clean) mode throughout;
+- **static_efficiency**: nominal start, the mode with the least energy per unit of work that meets
+  the deadline: what a user picks with no carbon data at all;
+- **best_static**: one mode and one start, the best pair with perfect foresight;
+- **threshold**: the old rule (:func:`scheduler.decide.decide`: start from ``best_start_over_modes``
+  on the forecast, then percentile thresholds every interval), with the policy's clean/dirty modes;
+- **gridshift**: the planner (:func:`scheduler.planner.plan_slots`, the flow's code) in receding
+  horizon: from the earliest start, every ``rules.interval_s`` a fresh forecast and a fresh plan with
+  the work left, the running mode (dwell) and the deadline margin; it executes the plan until the next
+  decision;
+- **oracle**: the exact optimum with perfect foresight, no margin and no dwell, on the finest grid
+  the other strategies use, so it bounds every one of them from below.
 
-Carbon is integrated exactly over the real (piecewise-constant) trace. Power and speed per mode
-come from a :class:`ModeModel` (the simulated backend's GPU model unless a measured profile is
-given), so every figure here is **modelled**. Time is never read from the clock.
+Carbon is integrated exactly over the real (piecewise-constant) trace. Power and speed per mode are
+:class:`scheduler.planner.ModeFigures` (a measured profile, or a model: each says which), so energy
+and carbon here are **modelled**; the intensities are real. Time is never read from the clock.
 """
 
 from __future__ import annotations
@@ -21,32 +26,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.decide import ModeState, decide
 from scheduler.cron import cron_occurrences
+from scheduler.decide import ModeState, decide
 from scheduler.errors import PolicyError
-from scheduler.policy import Policy
+from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, plan_slots
+from scheduler.policy import PlanRule, Policy, RelativeRule
 from scheduler.shifting import best_start_over_modes
-from simulation.sim_forecast import GridForecaster, PerfectForecaster
+from simulation.sim_forecast import GridForecaster
 
-__all__ = ["ModeModel", "JobOutcome", "SimulationResult", "simulate", "resample",
-           "model_from_backend", "model_from_profile"]
+__all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "simulate", "resample"]
 
 _J_PER_KWH = 3.6e6
-
-
-@dataclass(frozen=True)
-class ModeModel:
-    """Power (W) and time factor (relative to the clean mode) of each mode, and whether modelled."""
-
-    power_w: dict[str, float]
-    slowdown: dict[str, float]
-    modelled: bool = True
-    source: str = "simulated backend GPU model"
+STRATEGIES = ("baseline", "static_efficiency", "best_static", "threshold", "gridshift", "oracle")
 
 
 @dataclass(frozen=True)
@@ -68,59 +64,92 @@ class JobOutcome:
 
 @dataclass
 class SimulationResult:
-    """Totals per strategy plus the per-job outcomes (for plots)."""
+    """Per-job outcomes per strategy, and what they were computed from."""
 
     t0: datetime
     step_s: float
     values: np.ndarray
-    baseline: list[JobOutcome]
-    gridshift: list[JobOutcome]
-    oracle: list[JobOutcome]
-    model: ModeModel
+    outcomes: dict[str, list[JobOutcome]]
+    modes: tuple[ModeFigures, ...]
     forecast: str
     clean_mode: str
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def baseline(self) -> list[JobOutcome]:
+        return self.outcomes["baseline"]
+
+    @property
+    def gridshift(self) -> list[JobOutcome]:
+        return self.outcomes["gridshift"]
+
+    @property
+    def oracle(self) -> list[JobOutcome]:
+        return self.outcomes["oracle"]
+
     def summary(self) -> dict[str, Any]:
-        """The ``--json`` object (grams, joules, seconds; every figure modelled)."""
+        """The ``--json`` object (grams, joules, seconds; energy and carbon modelled)."""
 
         def tot(jobs: list[JobOutcome], attr: str) -> float:
             return float(sum(getattr(j, attr) for j in jobs))
 
-        base_g, gs_g, or_g = tot(self.baseline, "carbon_g"), tot(self.gridshift, "carbon_g"), tot(self.oracle, "carbon_g")
-        mode_s: dict[str, float] = {}
-        for j in self.gridshift:
-            for a, b, m in j.spans:
-                mode_s[m] = mode_s.get(m, 0.0) + (b - a)
-        total_s = sum(mode_s.values()) or 1.0
-        n = len(self.baseline)
+        base_g = tot(self.baseline, "carbon_g")
         pct = (lambda x: 100.0 * (1.0 - x / base_g) if base_g > 0 else 0.0)
+        n = len(self.baseline)
+        oracle_saving = base_g - tot(self.oracle, "carbon_g")
+        strategies: dict[str, Any] = {}
+        for name, jobs in self.outcomes.items():
+            g = tot(jobs, "carbon_g")
+            strategies[name] = {
+                "carbon_g": g,
+                "savings_pct": pct(g),
+                "share_of_oracle_saving": (base_g - g) / oracle_saving if oracle_saving > 0 else None,
+                "energy_j": tot(jobs, "energy_j"),
+                "deadline_misses": sum(j.late for j in jobs),
+                "mean_delay_s": float(np.mean([j.start_s - j.nominal_s for j in jobs])) if n else 0.0,
+                "mean_duration_s": float(np.mean([j.end_s - j.start_s for j in jobs])) if n else 0.0,
+                "mode_share": _mode_share(jobs),
+            }
+        s = strategies
         return {
             "jobs": n,
-            "baseline_g": base_g,
-            "gridshift_g": gs_g,
-            "oracle_g": or_g,
-            "savings_pct": pct(gs_g),
-            "oracle_savings_pct": pct(or_g),
-            "deadline_misses": sum(j.late for j in self.gridshift),
-            "oracle_deadline_misses": sum(j.late for j in self.oracle),
-            "energy_baseline_j": tot(self.baseline, "energy_j"),
-            "energy_gridshift_j": tot(self.gridshift, "energy_j"),
-            "energy_oracle_j": tot(self.oracle, "energy_j"),
-            "mean_delay_s": float(np.mean([j.start_s - j.nominal_s for j in self.gridshift])) if n else 0.0,
-            "mean_duration_baseline_s": float(np.mean([j.end_s - j.start_s for j in self.baseline])) if n else 0.0,
-            "mean_duration_gridshift_s": float(np.mean([j.end_s - j.start_s for j in self.gridshift])) if n else 0.0,
-            "mode_share": {m: s / total_s for m, s in sorted(mode_s.items())},
+            "baseline_g": s["baseline"]["carbon_g"],
+            "gridshift_g": s["gridshift"]["carbon_g"],
+            "oracle_g": s["oracle"]["carbon_g"],
+            "savings_pct": s["gridshift"]["savings_pct"],
+            "oracle_savings_pct": s["oracle"]["savings_pct"],
+            "deadline_misses": s["gridshift"]["deadline_misses"],
+            "oracle_deadline_misses": s["oracle"]["deadline_misses"],
+            "energy_baseline_j": s["baseline"]["energy_j"],
+            "energy_gridshift_j": s["gridshift"]["energy_j"],
+            "energy_oracle_j": s["oracle"]["energy_j"],
+            "mean_delay_s": s["gridshift"]["mean_delay_s"],
+            "mean_duration_baseline_s": s["baseline"]["mean_duration_s"],
+            "mean_duration_gridshift_s": s["gridshift"]["mean_duration_s"],
+            "mode_share": s["gridshift"]["mode_share"],
+            "strategies": strategies,
             "forecast": self.forecast,
             "step_s": self.step_s,
             "trace_start": self.t0.isoformat(),
             "trace_end": (self.t0 + timedelta(seconds=self.step_s * len(self.values))).isoformat(),
-            "modelled": self.model.modelled,
-            "energy_source": self.model.source,
-            "mode_power_w": dict(self.model.power_w),
-            "mode_slowdown": dict(self.model.slowdown),
+            "modelled": True,
+            "figures_measured": all(m.measured for m in self.modes),
+            "energy_source": "; ".join(sorted({m.source for m in self.modes})),
+            "mode_power_w": {m.name: m.power_w for m in self.modes},
+            "mode_speed": {m.name: m.speed for m in self.modes},
+            "mode_slowdown": {m.name: 1.0 / m.speed for m in self.modes},
+            "mode_source": {m.name: m.source for m in self.modes},
             **self.extra,
         }
+
+
+def _mode_share(jobs: list[JobOutcome]) -> dict[str, float]:
+    mode_s: dict[str, float] = {}
+    for j in jobs:
+        for a, b, m in j.spans:
+            mode_s[m] = mode_s.get(m, 0.0) + (b - a)
+    total = sum(mode_s.values()) or 1.0
+    return {m: v / total for m, v in sorted(mode_s.items())}
 
 
 def resample(series: IntensitySeries, step_s: float | None = None) -> tuple[datetime, float, np.ndarray]:
@@ -140,25 +169,94 @@ def resample(series: IntensitySeries, step_s: float | None = None) -> tuple[date
     return datetime.fromtimestamp(t0, tz=timezone.utc), step, vals[np.clip(idx, 0, len(vals) - 1)]
 
 
-class _Trace:
-    """The real trace as a cumulative integral, for exact carbon over any span."""
+class _Grid:
+    """Values on a regular grid as a cumulative integral: exact means over any span (the last value holds after)."""
 
-    def __init__(self, values: np.ndarray, step_s: float) -> None:
-        self.values = values
+    def __init__(self, values: np.ndarray, step_s: float, origin_s: float = 0.0) -> None:
+        self.values = np.asarray(values, dtype=float)
         self.step_s = step_s
-        self.cum = np.concatenate(([0.0], np.cumsum(values) * step_s))
+        self.origin_s = origin_s
+        self.cum = np.concatenate(([0.0], np.cumsum(self.values) * step_s))
+
+    def F(self, t: np.ndarray | float) -> np.ndarray:
+        x = np.asarray(t, dtype=float) - self.origin_s
+        end = len(self.values) * self.step_s
+        xc = np.clip(x, 0.0, end)
+        i = np.minimum((xc // self.step_s).astype(np.int64), len(self.values) - 1)
+        inside = self.cum[i] + (xc - i * self.step_s) * self.values[i]
+        return inside + np.maximum(x - end, 0.0) * self.values[-1] + np.minimum(x, 0.0) * self.values[0]
 
     def integral(self, a: float, b: float) -> float:
-        """``integral_a^b I(t) dt`` in g/kWh x s (a, b in trace seconds)."""
-        edges_end = len(self.values) * self.step_s
+        """``integral_a^b I(t) dt`` in g/kWh x s."""
+        return float(self.F(b) - self.F(a))
 
-        def to(t: float) -> float:
-            tc = min(max(t, 0.0), edges_end)
-            i = min(int(tc // self.step_s), len(self.values) - 1)
-            inside = self.cum[i] + (tc - i * self.step_s) * self.values[i]
-            return inside + max(t - edges_end, 0.0) * self.values[-1]
+    def slot_means(self, a: float, slot_s: float, n: int) -> np.ndarray:
+        """Mean of each of ``n`` slots of ``slot_s`` from ``a``."""
+        off = (a - self.origin_s) / self.step_s
+        if slot_s == self.step_s and abs(off - round(off)) < 1e-9 and 0 <= round(off) and round(off) + n <= len(self.values):
+            i = int(round(off))
+            return self.values[i: i + n]
+        edges = self.F(a + np.arange(n + 1) * slot_s)
+        return np.diff(edges) / slot_s
 
-        return to(b) - to(a)
+
+def _run_slots(truth: _Grid, modes: Sequence[ModeFigures], slot_modes: Sequence[int], a: float, slot_s: float,
+               left: float) -> tuple[list[tuple[float, float, int]], float, float, float]:
+    """Execute per-slot modes from ``a`` on the true trace until ``left`` work is done: (spans, left, g, J)."""
+    spans: list[tuple[float, float, int]] = []
+    g = e = 0.0
+    t = a
+    for m in slot_modes:
+        if left <= 1e-9:
+            break
+        if m >= 0:
+            dt = min(slot_s, left / modes[m].speed)
+            g += modes[m].power_w * truth.integral(t, t + dt) / _J_PER_KWH
+            e += modes[m].power_w * dt
+            left -= dt * modes[m].speed
+            spans.append((t, t + dt, m))
+        t += slot_s
+    return spans, left, g, e
+
+
+def _outcome(nominal: float, deadline: float, spans: list[tuple[float, float, int]], g: float, e: float,
+             modes: Sequence[ModeFigures]) -> JobOutcome:
+    merged: list[tuple[float, float, str]] = []
+    for a, b, m in spans:
+        name = modes[m].name
+        if merged and merged[-1][2] == name and abs(merged[-1][1] - a) < 1e-6:
+            merged[-1] = (merged[-1][0], b, name)
+        else:
+            merged.append((a, b, name))
+    start = merged[0][0] if merged else nominal
+    end = merged[-1][1] if merged else nominal
+    return JobOutcome(nominal, start, end, deadline, g, e, tuple(merged))
+
+
+def _static(truth: _Grid, modes: Sequence[ModeFigures], m: int, start: float, work: float, nominal: float,
+            deadline: float) -> JobOutcome:
+    dur = work / modes[m].speed
+    g = modes[m].power_w * truth.integral(start, start + dur) / _J_PER_KWH
+    return JobOutcome(nominal, start, start + dur, deadline, g, modes[m].power_w * dur, ((start, start + dur, modes[m].name),))
+
+
+def _best_static(truth: _Grid, modes: Sequence[ModeFigures], earliest: float, deadline: float, work: float,
+                 grid_s: float, nominal: float) -> JobOutcome:
+    best: tuple[float, int, float] | None = None
+    for m, fig in enumerate(modes):
+        dur = work / fig.speed
+        n = int(math.floor((deadline - earliest - dur) / grid_s + 1e-9)) + 1
+        if n <= 0:
+            continue
+        starts = earliest + np.arange(n) * grid_s
+        g = fig.power_w * (truth.F(starts + dur) - truth.F(starts)) / _J_PER_KWH
+        k = int(np.argmin(g))
+        if best is None or g[k] < best[0]:
+            best = (float(g[k]), m, float(starts[k]))
+    if best is None:  # no single mode fits: the fastest at the earliest start
+        m = max(range(len(modes)), key=lambda i: modes[i].speed)
+        return _static(truth, modes, m, earliest, work, nominal, deadline)
+    return _static(truth, modes, best[1], best[2], work, nominal, deadline)
 
 
 def _series(values: np.ndarray, origin: datetime, step_s: float, kind: str) -> IntensitySeries:
@@ -169,62 +267,172 @@ def _series(values: np.ndarray, origin: datetime, step_s: float, kind: str) -> I
     return IntensitySeries(points=pts)
 
 
-def _run_job(policy: Policy, trace: _Trace, t0: datetime, model: ModeModel, forecaster: GridForecaster, *,
-             nominal_s: float, min_gain: float, safety_margin_s: float | None, guard_margin_s: float,
-             kind: str) -> JobOutcome:
+def _threshold_policy(policy: Policy) -> Policy:
+    """The policy with a threshold rule: its own, or the default relative rule over the same modes."""
+    rule = policy.rules
+    if not isinstance(rule, PlanRule):
+        return policy
+    relative = RelativeRule(clean_mode=rule.clean_mode, dirty_mode=rule.dirty_mode, min_dwell_s=rule.min_dwell_s,
+                            interval_s=rule.interval_s, horizon_s=43200.0)
+    return policy.model_copy(update={"rules": relative})
+
+
+def _threshold(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeFigures], forecaster: GridForecaster,
+               *, nominal_s: float, min_gain: float, kind: str) -> JobOutcome:
+    """The old rule: best_start_over_modes on the forecast at the earliest start, then decide() every interval."""
     job, rule = policy.job, policy.rules
-    step = trace.step_s
+    idx = {m.name: i for i, m in enumerate(modes)}
+    power = {m.name: m.power_w for m in modes}
+    slowdown = {m.name: 1.0 / m.speed for m in modes}
+    step = truth.step_s
     work_s = job.expected_duration_s
-    earliest_s = nominal_s + job.earliest_start_s
     assert job.deadline_s is not None
     deadline_s = nominal_s + job.deadline_s
+    earliest_s = nominal_s + job.earliest_start_s
     plan_i = int(math.ceil(earliest_s / step - 1e-9))
     origin_s = plan_i * step
     horizon_n = int(math.ceil((deadline_s - origin_s) / step)) + 1
-    fc = forecaster.forecast(trace.values, plan_i, horizon_n)
-    clean = rule.clean_mode
-    order = [clean] + [m for m in model.power_w if m != clean]
-    modes = {m: (model.power_w[m], work_s * model.slowdown[m]) for m in order}
-    _, plan = best_start_over_modes(fc, modes, step_s=step, earliest_s=0.0, deadline_s=deadline_s - origin_s,
+    fc = forecaster.forecast(truth.values, plan_i, horizon_n)
+    clean, dirty = rule.clean_mode, rule.dirty_mode
+    two = {m: (power[m], work_s * slowdown[m]) for m in (clean, dirty)}
+    _, plan = best_start_over_modes(fc, two, step_s=step, earliest_s=0.0, deadline_s=deadline_s - origin_s,
                                     reference_start_s=nominal_s - origin_s, min_gain=min_gain,
-                                    safety_margin_s=safety_margin_s)
+                                    safety_margin_s=None)
     start_s = origin_s + plan.start_s
-
-    # mid-run: re-decide every interval on a fresh forecast; the guard deadline keeps a margin
     horizon_s = getattr(rule, "horizon_s", rule.interval_s)
-    guard = t0 + timedelta(seconds=deadline_s - guard_margin_s)
+    guard = t0 + timedelta(seconds=deadline_s - min(rule.interval_s, 0.05 * work_s))
     t, left, state = start_s, work_s, ModeState()
-    spans: list[tuple[float, float, str]] = []
-    carbon_g = energy_j = 0.0
+    spans: list[tuple[float, float, int]] = []
+    g = e = 0.0
     while left > 1e-6:
-        i = min(int(t // step), len(trace.values) - 1)
+        i = min(int(t // step), len(truth.values) - 1)
         n = max(int(math.ceil(horizon_s / step)), 1)
-        series = _series(forecaster.forecast(trace.values, i, n), t0 + timedelta(seconds=i * step), step, kind)
+        series = _series(forecaster.forecast(truth.values, i, n), t0 + timedelta(seconds=i * step), step, kind)
         now = t0 + timedelta(seconds=t)
-        mode = decide(policy, series, state, now=now, remaining_work_s=left, deadline=guard,
-                      slowdown=model.slowdown).mode
+        mode = decide(policy, series, state, now=now, remaining_work_s=left, deadline=guard, slowdown=slowdown).mode
         state = state.switch(mode, now)
-        dt = min(rule.interval_s, left * model.slowdown[mode])
-        carbon_g += model.power_w[mode] * trace.integral(t, t + dt) / _J_PER_KWH
-        energy_j += model.power_w[mode] * dt
-        left -= dt / model.slowdown[mode]
-        if spans and spans[-1][2] == mode and abs(spans[-1][1] - t) < 1e-6:
-            spans[-1] = (spans[-1][0], t + dt, mode)
-        else:
-            spans.append((t, t + dt, mode))
+        dt = min(rule.interval_s, left * slowdown[mode])
+        g += power[mode] * truth.integral(t, t + dt) / _J_PER_KWH
+        e += power[mode] * dt
+        left -= dt / slowdown[mode]
+        spans.append((t, t + dt, idx[mode]))
         t += dt
-    return JobOutcome(nominal_s, start_s, t, deadline_s, carbon_g, energy_j, tuple(spans))
+    return _outcome(nominal_s, deadline_s, spans, g, e, modes)
+
+
+def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeFigures], forecaster: GridForecaster, *,
+               nominal_s: float, objective: Objective, constraints: PlanConstraints, interval_s: float) -> JobOutcome:
+    """The planner in receding horizon (see the module docstring)."""
+    job = policy.job
+    assert job.deadline_s is not None
+    step = truth.step_s
+    deadline_s = nominal_s + job.deadline_s
+    earliest_s = nominal_s + job.earliest_start_s
+    slot = constraints.slot_s
+    pausable = job.checkpointable
+    overhead = job.resume_overhead_s if pausable else 0.0
+    t, left = earliest_s, job.expected_duration_s
+    mode: int | None = None
+    since: float | None = None
+    started = paused = False
+    spans: list[tuple[float, float, int]] = []
+    g = e = 0.0
+    while left > 1e-9:
+        i = min(int(t // step), len(truth.values) - 1)
+        n_slots = int(math.ceil(max(deadline_s - t, 0.0) / slot)) + 1
+        n_grid = int(math.ceil((t + n_slots * slot - i * step) / step)) + 1
+        fc = _Grid(forecaster.forecast(truth.values, i, n_grid), step, i * step)
+        intensity = fc.slot_means(t, slot, n_slots)
+        now = t0 + timedelta(seconds=t)
+        pj = PlanJob(work_s=left, not_before=max(now, t0 + timedelta(seconds=earliest_s)),
+                     deadline=t0 + timedelta(seconds=deadline_s), pausable=pausable, resume_overhead_s=overhead,
+                     running_mode=modes[mode].name if mode is not None else None,
+                     running_since=t0 + timedelta(seconds=since) if since is not None else None,
+                     resuming=paused, reference_start=t0 + timedelta(seconds=nominal_s))
+        plan = plan_slots(intensity, pj, modes, now=now, objective=objective, constraints=constraints, explain=False)
+        names = {m.name: k for k, m in enumerate(modes)}
+        steps = max(int(round(interval_s / slot)), 1)
+        todo = [names[s] if s is not None else -1 for s in plan.slot_modes[:steps]]
+        if not todo:
+            todo = [-1] * steps
+        if len(todo) < steps and left > 0:
+            todo += [todo[-1]] * (steps - len(todo))
+        for k, m in enumerate(todo):
+            a = t + k * slot
+            if m < 0:
+                if started and mode is not None:
+                    paused, mode, since = True, None, None
+                continue
+            if paused:
+                left += overhead
+                paused = False
+            if m != mode:
+                mode, since = m, a
+            started = True
+            run, left, dg, de = _run_slots(truth, modes, [m], a, slot, left)
+            spans += run
+            g += dg
+            e += de
+            if left <= 1e-9:
+                break
+        t += steps * slot
+        if t > deadline_s + 7 * 86400:  # cannot happen with a finite plan; keeps a bug from hanging
+            raise RuntimeError("gridshift simulation did not finish")
+    return _outcome(nominal_s, deadline_s, spans, g, e, modes)
+
+
+def _oracle(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeFigures], *, nominal_s: float,
+            grid_s: float, objective: Objective) -> JobOutcome:
+    """The exact optimum with perfect foresight, no margin and no dwell, on ``grid_s`` slots."""
+    job = policy.job
+    assert job.deadline_s is not None
+    earliest_s = nominal_s + job.earliest_start_s
+    deadline_s = nominal_s + job.deadline_s
+    n = int(math.ceil((deadline_s - earliest_s) / grid_s)) + 1
+    intensity = truth.slot_means(earliest_s, grid_s, n)
+    now = t0 + timedelta(seconds=earliest_s)
+    pausable = job.checkpointable
+    pj = PlanJob(work_s=job.expected_duration_s, not_before=now, deadline=t0 + timedelta(seconds=deadline_s),
+                 pausable=pausable, resume_overhead_s=job.resume_overhead_s if pausable else 0.0)
+    plan = plan_slots(intensity, pj, modes, now=now, objective=objective,
+                      constraints=PlanConstraints(slot_s=grid_s), explain=False)
+    names = {m.name: k for k, m in enumerate(modes)}
+    slot_modes = [names[s] if s is not None else -1 for s in plan.slot_modes]
+    left = job.expected_duration_s
+    spans: list[tuple[float, float, int]] = []
+    g = e = 0.0
+    t, resumed = earliest_s, False
+    for k, m in enumerate(slot_modes):
+        if m >= 0 and spans and resumed:
+            left += pj.resume_overhead_s
+        resumed = m < 0 and bool(spans)
+        run, left, dg, de = _run_slots(truth, modes, [m], t + k * grid_s, grid_s, left)
+        spans += run
+        g += dg
+        e += de
+    return _outcome(nominal_s, deadline_s, spans, g, e, modes)
+
+
+def _cost(j: JobOutcome, objective: Objective) -> float:
+    return j.carbon_g + objective.time_value_g_per_h * (j.end_s - j.start_s) / 3600.0
+
+
+def _gcd_s(*xs: float) -> float:
+    out = 0
+    for x in xs:
+        out = math.gcd(out, int(round(x)))
+    return float(max(out, 1))
 
 
 def simulate(
     policy: Policy,
     trace: IntensitySeries,
-    model: ModeModel,
+    modes: Sequence[ModeFigures],
     forecaster: GridForecaster,
     *,
     forecast_label: str = "daily-profile",
     min_gain: float = 0.03,
-    safety_margin_s: float | None = None,
+    strategies: Sequence[str] = STRATEGIES,
 ) -> SimulationResult:
     """Replay ``policy``'s recurring job over ``trace`` (see the module docstring)."""
     job = policy.job
@@ -232,69 +440,54 @@ def simulate(
         raise PolicyError("job.cron: simulate needs a recurring job (set job.cron, e.g. '0 1 * * *')")
     if job.deadline_s is None:
         raise PolicyError("job.deadline_s: simulate needs a deadline to know how far a job may move")
-    for m in (policy.rules.clean_mode, policy.rules.dirty_mode):
-        if m not in model.power_w or m not in model.slowdown:
-            raise PolicyError(f"modes.{m}: no power/slowdown figures for this mode")
+    names = [m.name for m in modes]
+    threshold_policy = _threshold_policy(policy)
+    for m in (policy.rules.clean_mode, threshold_policy.rules.dirty_mode):
+        if m not in names:
+            raise PolicyError(f"modes.{m}: no power/speed figures for this mode")
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise PolicyError(f"unknown strategy {unknown[0]!r} (strategies: {', '.join(STRATEGIES)})")
+    wanted = [s for s in STRATEGIES if s in strategies or s in ("baseline", "gridshift", "oracle")]
     t0, step, values = resample(trace)
-    tr = _Trace(values, step)
+    truth = _Grid(values, step)
     end = t0 + timedelta(seconds=step * len(values))
     first = t0 + timedelta(seconds=max(-job.earliest_start_s, 0.0))
     last = end - timedelta(seconds=job.deadline_s)
     nominals = [n for n in cron_occurrences(job.cron, first, end) if n <= last]
-    kind = trace.kind
-    base: list[JobOutcome] = []
-    gs: list[JobOutcome] = []
-    orc: list[JobOutcome] = []
-    clean = policy.rules.clean_mode
-    interval = policy.rules.interval_s
-    perfect = PerfectForecaster()
+    rule = policy.rules
+    # a threshold policy is planned with its own dwell and interval, on slots of the trace's resolution
+    plan_rule = rule if isinstance(rule, PlanRule) else PlanRule(clean_mode=rule.clean_mode, dirty_mode=rule.dirty_mode,
+                                                                 min_dwell_s=rule.min_dwell_s, interval_s=rule.interval_s,
+                                                                 slot_s=step)
+    # re-planned every interval, so a coarser work quantum (3 % instead of 1 %) is corrected at the next plan
+    constraints = PlanConstraints(min_dwell_s=plan_rule.min_dwell_s, deadline_margin_s=plan_rule.deadline_margin_s,
+                                  slot_s=plan_rule.slot_s, min_gain=plan_rule.min_gain, max_rounding=0.03)
+    objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
+    grid_s = _gcd_s(step, plan_rule.slot_s, plan_rule.interval_s, threshold_policy.rules.interval_s)
+    clean = names.index(policy.rules.clean_mode)
+    work = job.expected_duration_s
+    out: dict[str, list[JobOutcome]] = {s: [] for s in wanted}
     for nominal in nominals:
         ns = (nominal - t0).total_seconds()
-        dur = job.expected_duration_s * model.slowdown[clean]
-        g = model.power_w[clean] * tr.integral(ns, ns + dur) / _J_PER_KWH
-        base.append(JobOutcome(ns, ns, ns + dur, ns + job.deadline_s, g, model.power_w[clean] * dur,
-                               ((ns, ns + dur, clean),)))
-        gs.append(_run_job(policy, tr, t0, model, forecaster, nominal_s=ns, min_gain=min_gain,
-                           safety_margin_s=safety_margin_s, guard_margin_s=min(interval, 0.05 * job.expected_duration_s),
-                           kind=kind))
-        orc.append(_run_job(policy, tr, t0, model, perfect, nominal_s=ns, min_gain=0.0, safety_margin_s=0.0,
-                            guard_margin_s=0.0, kind=kind))
-    return SimulationResult(t0=t0, step_s=step, values=values, baseline=base, gridshift=gs, oracle=orc, model=model,
-                            forecast=forecast_label, clean_mode=clean)
-
-
-def model_from_backend(policy: Policy, backend: Any) -> ModeModel:
-    """Power and time factor of each policy mode from a backend's model (``operating_point``/``slowdown``).
-
-    Time factors are taken relative to the clean mode, so the clean mode's is 1.0.
-    """
-    from scheduler.modes import resolve_settings
-
-    caps = backend.capabilities()
-    power: dict[str, float] = {}
-    slow: dict[str, float] = {}
-    for name, mode in policy.modes.items():
-        settings = resolve_settings(mode, caps)
-        power[name] = float(backend.operating_point(settings).power_w) * max(len(caps.devices), 1)
-        slow[name] = float(backend.slowdown(settings))
-    ref = slow[policy.rules.clean_mode]
-    return ModeModel(power_w=power, slowdown={k: v / ref for k, v in slow.items()}, modelled=not backend.measured,
-                     source=f"{backend.name} backend model ({caps.devices[0].name if caps.devices else 'GPU'})")
-
-
-def model_from_profile(data: dict[str, Any], where: str = "<profile>") -> ModeModel:
-    """A measured profile: ``{"modes": {"speed": {"power_w": 690, "slowdown": 1.0}, ...}}``."""
-    modes = data.get("modes") if isinstance(data, dict) else None
-    if not isinstance(modes, dict) or not modes:
-        raise PolicyError(f"{where}: a profile needs a 'modes' object with power_w and slowdown per mode")
-    power: dict[str, float] = {}
-    slow: dict[str, float] = {}
-    for name, fig in modes.items():
-        try:
-            power[name], slow[name] = float(fig["power_w"]), float(fig["slowdown"])
-        except (KeyError, TypeError, ValueError):
-            raise PolicyError(f"{where}: modes.{name}: needs numeric power_w and slowdown") from None
-        if power[name] <= 0 or slow[name] <= 0:
-            raise PolicyError(f"{where}: modes.{name}: power_w and slowdown must be positive")
-    return ModeModel(power_w=power, slowdown=slow, modelled=bool(data.get("modelled", False)),
-                     source=str(data.get("source", where)))
+        dl = ns + job.deadline_s
+        earliest = ns + job.earliest_start_s
+        out["baseline"].append(_static(truth, modes, clean, ns, work, ns, dl))
+        if "static_efficiency" in out:
+            fits = [k for k, m in enumerate(modes) if ns + work / m.speed <= dl + 1e-6] or [clean]
+            frugal = min(fits, key=lambda k: modes[k].joules_per_work_s)
+            out["static_efficiency"].append(_static(truth, modes, frugal, ns, work, ns, dl))
+        if "best_static" in out:
+            out["best_static"].append(_best_static(truth, modes, earliest, dl, work, grid_s, ns))
+        if "threshold" in out:
+            out["threshold"].append(_threshold(threshold_policy, truth, t0, modes, forecaster, nominal_s=ns,
+                                               min_gain=min_gain, kind=trace.kind))
+        out["gridshift"].append(_gridshift(policy, truth, t0, modes, forecaster, nominal_s=ns, objective=objective,
+                                           constraints=constraints, interval_s=plan_rule.interval_s))
+        # the DP's work quantum may cost it up to max_rounding against a schedule counted exactly; the
+        # best single-mode schedule is in its search space, so the oracle is the better of the two
+        best = out["best_static"][-1] if "best_static" in out else _best_static(truth, modes, earliest, dl, work, grid_s, ns)
+        dp = _oracle(policy, truth, t0, modes, nominal_s=ns, grid_s=grid_s, objective=objective)
+        out["oracle"].append(dp if _cost(dp, objective) <= _cost(best, objective) else best)
+    return SimulationResult(t0=t0, step_s=step, values=values, outcomes=out, modes=tuple(modes),
+                            forecast=forecast_label, clean_mode=policy.rules.clean_mode)

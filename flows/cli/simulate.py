@@ -13,20 +13,35 @@ from flows.cli import app
 from flows.cli._errors import EXIT_ENV, EXIT_INPUT, fail
 
 
+_LABELS = {
+    "baseline": "baseline (nominal start, reference mode)",
+    "static_efficiency": "static efficiency at nominal",
+    "best_static": "best static mode + best start (perfect foresight)",
+    "threshold": "threshold rule (old decide)",
+    "gridshift": "gridshift (planner, receding horizon)",
+    "oracle": "oracle (exact, perfect foresight)",
+}
+
+
 def _human(s: dict[str, Any], trace: str) -> str:
-    label = "modelled" if s["modelled"] else "measured profile"
-    return "\n".join([
+    label = "from measured mode figures" if s["figures_measured"] else "from modelled mode figures"
+    lines = [
         f"gridshift simulate: {s['jobs']} jobs over {trace} ({s['trace_start'][:10]} .. {s['trace_end'][:10]}), "
         f"{s['forecast']} forecast",
-        f"  {'strategy':<10} {'kgCO2':>10} {'saving':>8} {'energy MJ':>10}",
-        f"  {'baseline':<10} {s['baseline_g'] / 1000:>10.2f} {'-':>8} {s['energy_baseline_j'] / 1e6:>10.1f}",
-        f"  {'gridshift':<10} {s['gridshift_g'] / 1000:>10.2f} {s['savings_pct']:>7.1f}% {s['energy_gridshift_j'] / 1e6:>10.1f}",
-        f"  {'oracle':<10} {s['oracle_g'] / 1000:>10.2f} {s['oracle_savings_pct']:>7.1f}% {s['energy_oracle_j'] / 1e6:>10.1f}",
-        f"  deadline misses {s['deadline_misses']}; mean start shift {s['mean_delay_s'] / 3600:+.2f} h; "
-        f"mean run {s['mean_duration_gridshift_s'] / 3600:.2f} h (baseline {s['mean_duration_baseline_s'] / 3600:.2f} h)",
-        "  modes: " + ", ".join(f"{m} {v:.0%}" for m, v in s["mode_share"].items()),
-        f"  energy and carbon are {label} ({s['energy_source']}); intensity is the real trace",
-    ])
+        f"  {'strategy':<52} {'kgCO2':>9} {'saving':>7} {'of oracle':>9} {'energy MJ':>10} {'misses':>6}",
+    ]
+    for name, st in s["strategies"].items():
+        share = st["share_of_oracle_saving"]
+        lines.append(f"  {_LABELS.get(name, name):<52} {st['carbon_g'] / 1000:>9.2f} {st['savings_pct']:>6.1f}% "
+                     f"{'-' if share is None or name == 'baseline' else f'{share:.0%}':>9} {st['energy_j'] / 1e6:>10.1f} "
+                     f"{st['deadline_misses']:>6}")
+    lines += [
+        f"  gridshift: mean start shift {s['mean_delay_s'] / 3600:+.2f} h; mean run {s['mean_duration_gridshift_s'] / 3600:.2f} h "
+        f"(baseline {s['mean_duration_baseline_s'] / 3600:.2f} h); modes: "
+        + ", ".join(f"{m} {v:.0%}" for m, v in s["mode_share"].items()),
+        f"  energy and carbon are modelled {label} ({s['energy_source']}); intensity is the real trace",
+    ]
+    return "\n".join(lines)
 
 
 @app.command()
@@ -40,15 +55,19 @@ def simulate(
     forecast_error: Annotated[float, typer.Option(help="Relative error of the 'noisy' forecast, e.g. 0.1.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Random seed of the 'noisy' forecast.")] = 0,
     min_gain: Annotated[float, typer.Option(help="Shift only when the forecast promises at least this relative gain.")] = 0.03,
-    profile: Annotated[Optional[Path], typer.Option(help="JSON of measured power_w/slowdown per mode (default: the simulated backend's model).")] = None,
+    profile: Annotated[Optional[Path], typer.Option(help="Measured power-limit profile: a Zeus CSV, a stored gridshift profile JSON, or {modes: {name: {power_w, slowdown}}} (default: the simulated backend's model).")] = None,
+    forecast_file: Annotated[Optional[Path], typer.Option("--forecast-file", help="Forecasts as issued: CSV of issued_at, valid_for, value; each decision sees the newest issued before it.")] = None,
+    forecast_column: Annotated[Optional[str], typer.Option("--forecast-column", help="Value column of --forecast-file when it has several.")] = None,
 ) -> None:
-    """Replay the policy's recurring job over a real trace: baseline vs gridshift vs a perfect-foresight oracle."""
+    """Replay the policy's recurring job over a real trace: strategies side by side, up to the exact oracle."""
     _simulate(policy=policy, trace=trace, column=column, json_out=json_out, plot=plot, forecast=forecast,
-              forecast_error=forecast_error, seed=seed, min_gain=min_gain, profile=profile)
+              forecast_error=forecast_error, seed=seed, min_gain=min_gain, profile=profile,
+              forecast_file=forecast_file, forecast_column=forecast_column)
 
 
 def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, plot: Path | None, forecast: str,
-              forecast_error: float, seed: int, min_gain: float, profile: Path | None) -> None:
+              forecast_error: float, seed: int, min_gain: float, profile: Path | None,
+              forecast_file: Path | None = None, forecast_column: str | None = None) -> None:
     import numpy as np
 
     from backends.simulated import SimulatedBackend
@@ -56,23 +75,27 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     from carbon.trace_file import read_trace
     from scheduler.errors import PolicyError
     from scheduler.policy_io import load_policy
-    from simulation.sim_forecast import DailyProfileForecaster, NoisyTraceForecaster
-    from simulation.simulate import model_from_backend, model_from_profile, resample, simulate
+    from carbon.issued import read_issued_forecasts
+    from scheduler.mode_figures import figures_for_policy
+    from simulation.sim_forecast import DailyProfileForecaster, IssuedForecaster, NoisyTraceForecaster
+    from simulation.simulate import resample, simulate
 
     t_begin = time.perf_counter()
     try:
         pol = load_policy(policy)
         series = read_trace(trace, column=column)
         if profile is not None:
-            try:
-                model = model_from_profile(json.loads(profile.read_text()), where=str(profile))
-            except (OSError, ValueError) as exc:
-                raise PolicyError(f"{profile}: cannot read profile: {exc}") from None
+            modes = figures_for_policy(pol, profile=profile, policy_path=policy)
         else:
-            model = model_from_backend(pol, SimulatedBackend())
-        if forecast == "history":
+            modes = figures_for_policy(pol, backend=SimulatedBackend(), policy_path=policy)
+        if forecast_file is not None:
+            t0, step_s, _ = resample(series)
+            issued = read_issued_forecasts(forecast_file, column=forecast_column)
+            forecaster: Any = IssuedForecaster(issued, origin_s=t0.timestamp(), step_s=step_s)
+            label = f"issued forecasts ({forecast_file.name}, newest before each decision)"
+        elif forecast == "history":
             _, step_s, _ = resample(series)
-            forecaster: Any = DailyProfileForecaster(step_s=step_s)
+            forecaster = DailyProfileForecaster(step_s=step_s)
             label = "history (daily-profile forecaster on past data)"
         elif forecast == "noisy":
             if not 0 <= forecast_error <= 1:
@@ -81,7 +104,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
             label = f"noisy (trace + {forecast_error:.0%} error, seed {seed})"
         else:
             raise PolicyError(f"--forecast must be 'history' or 'noisy', not {forecast!r}")
-        result = simulate(pol, series, model, forecaster, forecast_label=label, min_gain=min_gain)
+        result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain)
     except (PolicyError, BadTrace) as exc:
         raise fail(exc, EXIT_INPUT) from None
     except ValueError as exc:

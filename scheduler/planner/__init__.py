@@ -57,6 +57,7 @@ class PlanJob:
     running_mode: str | None = None          # the mode running now when re-planning mid-run
     running_since: datetime | None = None
     resuming: bool = False                   # paused with work done: starting again is a resume (costs the overhead)
+    reference_start: datetime | None = None  # the start a user would pick (the cron time): kept unless min_gain is beaten
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class PlanConstraints:
     deadline_margin_s: float = 0.0
     slot_s: float = 300.0
     max_rounding: float = 0.01      # work the solver's quantum may drop per mode-slot (see solve.choose_quantum)
+    min_gain: float = 0.0           # move the start off job.reference_start only for at least this relative forecast gain
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,15 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
                   quantum_s=choose_quantum(speed, slot, job.work_s, max_rounding=constraints.max_rounding))
     margin_dropped = False
     sp = solve_slots(intensity, power, speed, deadline_slots=horizon(constraints.deadline_margin_s), **common)  # type: ignore[arg-type]
+    kept_reference = False
+    if sp.feasible and constraints.min_gain > 0 and job.reference_start is not None and running is None:
+        # a forecast's best start is its most optimistic one (the optimiser's curse): leave the reference
+        # start only when the forecast gain is larger than the forecast can be trusted for
+        ref = max(int(math.ceil((as_utc(job.reference_start) - now).total_seconds() / slot - 1e-9)), first)
+        fixed = solve_slots(intensity, power, speed, deadline_slots=horizon(constraints.deadline_margin_s),
+                            **{**common, "first_start": ref}, last_start=ref)  # type: ignore[arg-type]
+        if fixed.feasible and sp.objective > fixed.objective * (1.0 - constraints.min_gain):
+            sp, kept_reference = fixed, True
     if not sp.feasible and constraints.deadline_margin_s > 0:
         sp = solve_slots(intensity, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
         margin_dropped = sp.feasible

@@ -75,11 +75,13 @@ def solve_slots(
     running_mode: int | None = None,
     running_forced_slots: int = 0,
     quantum_s: float | None = None,
+    last_start: int | None = None,
 ) -> SlotPlan:
     """Optimal slot schedule (see the module docstring). ``intensity`` covers at least ``deadline_slots``.
 
     ``running_mode``: the job is running in this mode now and must hold it ``running_forced_slots``
     more slots (its dwell). ``resuming``: the job is paused with work done, so starting again is a resume.
+    ``last_start``: no start after this slot (``first_start == last_start`` fixes the start).
     """
     M = len(power_w)
     T = int(deadline_slots)
@@ -156,7 +158,8 @@ def solve_slots(
             np.minimum(vt, pt[None, :], out=vt)
         if running_mode is None:
             s = P[t][L] if (resuming and P is not None) else sw[L]
-            U[t] = min(U[t + 1], s) if t >= first_start else U[t + 1]
+            allowed = t >= first_start and (last_start is None or t <= last_start)
+            U[t] = min(U[t + 1], s) if allowed else U[t + 1]
 
     # forward: replay the choices the values imply (continue, then switch, then pause on ties)
     def cont_value(t: int, m: int, left: int) -> float:
@@ -213,7 +216,7 @@ def solve_slots(
         if not math.isfinite(U[0]):
             return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
         objective = float(U[0])
-        while t < T and not (t >= first_start and close(P[t][L] if (resuming and P is not None) else
+        while t < T and not (t >= first_start and (last_start is None or t <= last_start) and close(P[t][L] if (resuming and P is not None) else
                                                        block_values(t, L).min(), U[t + 1])):
             modes.append(_WAIT)
             t += 1
