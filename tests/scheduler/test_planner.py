@@ -206,3 +206,14 @@ def test_plan_slots_and_plan_run_agree_on_a_slot_grid() -> None:
     a = plan_run(series, job, MODES, now=NOW)
     b = plan_slots(np.array(values), job, MODES, now=NOW)
     assert a.carbon_g == pytest.approx(b.carbon_g) and a.start == b.start
+
+
+def test_min_gain_keeps_the_reference_start_unless_the_gain_is_larger() -> None:
+    series = _series([300] * 8 + [280] * 8 + [300] * 30)  # 7 % cleaner two hours later
+    job = PlanJob(work_s=3600, not_before=NOW, deadline=NOW + timedelta(hours=10), reference_start=NOW)
+    free = plan_run(series, job, MODES[:1], now=NOW)
+    assert free.start >= NOW + timedelta(hours=2)
+    kept = plan_run(series, job, MODES[:1], now=NOW, constraints=PlanConstraints(min_gain=0.10))
+    assert kept.start == NOW
+    moved = plan_run(series, job, MODES[:1], now=NOW, constraints=PlanConstraints(min_gain=0.05))
+    assert moved.start == free.start
