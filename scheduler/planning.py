@@ -1,22 +1,29 @@
-"""Plan the coming runs of a recurring job: pure, time and forecast are arguments.
+"""The policy's questions to the planner: pure, time and forecast are arguments.
 
-Used by ``gridshift serve`` (through :class:`scheduler.service.PlanningService`) and by the
-nightly Prefect flow that defers its own start. Each nominal (cron) time whose window is still open
-gets a start from :func:`scheduler.decide.decide` (start-time shifting within
-``[max(now, nominal + earliest), nominal + deadline - work]``).
+:func:`plan_policy_job` turns a policy plus the run's state (work left, not-before, deadline, the
+mode running now) into one :func:`scheduler.planner.plan_run` call; the flow's re-planning loop
+(:mod:`flows.supervise`), ``gridshift deploy``/``serve`` and the nightly flow all come through here,
+so the objective, the constraints and the no-deadline rule are read from the policy in one place.
+
+:func:`plan_start` answers "when should the occurrence nominally at ``nominal`` start": the start of
+the planner's plan (threshold policies, ``rules.kind: absolute|relative``, keep the start-time
+shifting of :func:`scheduler.decide.decide`). :func:`plan_runs` lists the coming occurrences of a
+recurring job for ``gridshift serve``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
 from scheduler.decide import Decision, decide
+from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, plan_run
 from scheduler.policy import Policy
 from scheduler.service import PlannedRun, nominal_runs
 
-__all__ = ["plan_start", "plan_runs", "run_key"]
+__all__ = ["StartChoice", "plan_start", "plan_runs", "plan_policy_job", "plans_with_planner", "run_key"]
 
 
 def run_key(policy: Policy, nominal: datetime) -> str:
@@ -24,28 +31,114 @@ def run_key(policy: Policy, nominal: datetime) -> str:
     return f"{policy.job.name}@{nominal:%Y%m%dT%H%MZ}"
 
 
-def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime) -> Decision:
-    """When (and in which mode) the occurrence nominally at ``nominal`` should start, seen at ``now``."""
+def plans_with_planner(policy: Policy) -> bool:
+    """True unless the policy explicitly chose a threshold rule (``rules.kind: absolute|relative``)."""
+    return policy.rules.kind not in ("absolute", "relative")
+
+
+def _objective(policy: Policy) -> Objective:
+    objective = getattr(policy, "objective", None)
+    return Objective(time_value_g_per_h=float(getattr(objective, "time_value_g_per_h", 0.0) or 0.0))
+
+
+def _constraints(policy: Policy) -> PlanConstraints:
+    rules = policy.rules
+    return PlanConstraints(min_dwell_s=rules.min_dwell_s,
+                           deadline_margin_s=float(getattr(rules, "deadline_margin_s", 0.0) or 0.0),
+                           slot_s=float(getattr(rules, "slot_s", 300.0) or 300.0))
+
+
+def plan_policy_job(
+    policy: Policy,
+    series: IntensitySeries,
+    figures: Sequence[ModeFigures],
+    *,
+    now: datetime,
+    work_s: float,
+    not_before: datetime,
+    deadline: datetime | None,
+    pausable: bool | None = None,
+    running_mode: str | None = None,
+    running_since: datetime | None = None,
+    resuming: bool = False,
+) -> RunPlan:
+    """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
+
+    ``pausable`` defaults to ``job.checkpointable``. A job without a deadline starts at once
+    (:class:`scheduler.policy.JobSpec`): it is planned against the finish of its slowest mode from
+    ``not_before``, so the planner chooses its modes but has no room to shift it.
+    """
+    if deadline is None:
+        slowest = min(f.speed for f in figures)
+        deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + _constraints(policy).slot_s)
+        pausable = False
+    job = PlanJob(work_s=max(work_s, 1.0), not_before=not_before, deadline=deadline,
+                  pausable=policy.job.checkpointable if pausable is None else pausable,
+                  resume_overhead_s=float(getattr(policy.job, "resume_overhead_s", 0.0) or 0.0),
+                  running_mode=running_mode, running_since=running_since, resuming=resuming)
+    return plan_run(series, job, figures, now=now, objective=_objective(policy), constraints=_constraints(policy))
+
+
+@dataclass(frozen=True)
+class StartChoice:
+    """When an occurrence should start (and in which mode), and why in plain words."""
+
+    start_at: datetime
+    mode: str
+    reason: str
+    plan: RunPlan | None = None  # None for threshold policies
+
+
+def _policy_figures(policy: Policy) -> list[ModeFigures]:
+    from scheduler.mode_figures import figures_for_policy
+
+    return figures_for_policy(policy)
+
+
+def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime,
+               figures: Sequence[ModeFigures] | None = None) -> StartChoice:
+    """When (and in which mode) the occurrence nominally at ``nominal`` should start, seen at ``now``.
+
+    The job may start from ``max(now, nominal + earliest_start_s)`` and must end by ``nominal +
+    deadline_s``. ``figures`` default to :func:`scheduler.mode_figures.figures_for_policy` (measured
+    profiles where the policy names them, else the backend's model).
+    """
     job = policy.job
     earliest = max(now, nominal + timedelta(seconds=job.earliest_start_s))
-    if job.deadline_s is None:
+    deadline = nominal + timedelta(seconds=job.deadline_s) if job.deadline_s is not None else None
+    if not plans_with_planner(policy):
+        d = _threshold_start(policy, series, nominal=nominal, now=now, earliest=earliest, deadline=deadline)
+        return StartChoice(start_at=d.start_at, mode=d.mode, reason=d.reason)
+    if deadline is None:
+        earliest = max(now, nominal)
+    plan = plan_policy_job(policy, series, figures if figures is not None else _policy_figures(policy), now=now,
+                           work_s=job.expected_duration_s, not_before=earliest, deadline=deadline)
+    first_mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode
+    return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=" ".join(plan.reasons), plan=plan)
+
+
+def _threshold_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime, earliest: datetime,
+                     deadline: datetime | None) -> Decision:
+    job = policy.job
+    if deadline is None:
         return decide(policy, series, now=max(now, nominal), start_at=max(now, nominal))
-    deadline = nominal + timedelta(seconds=job.deadline_s)
     reference = min(max(now, nominal), deadline - timedelta(seconds=job.expected_duration_s))
     return decide(policy, series, now=max(reference, earliest), earliest=earliest, deadline=deadline,
                   remaining_work_s=job.expected_duration_s)
 
 
 def plan_runs(policy: Policy, series: IntensitySeries, *, now: datetime, horizon: timedelta = timedelta(days=1),
-              extra: dict[str, Any] | None = None) -> list[PlannedRun]:
+              extra: dict[str, Any] | None = None, figures: Sequence[ModeFigures] | None = None) -> list[PlannedRun]:
     """The runs of ``policy``'s recurring job whose window is open within ``horizon`` of ``now``."""
     job = policy.job
     if job.cron is None:
         return []
+    if figures is None and plans_with_planner(policy):
+        figures = _policy_figures(policy)
     out: list[PlannedRun] = []
     for nominal in nominal_runs(job.cron, now, earliest_start_s=job.earliest_start_s,
                                 deadline_s=job.deadline_s or job.expected_duration_s, horizon=horizon):
-        d = plan_start(policy, series, nominal=nominal, now=now)
+        d = plan_start(policy, series, nominal=nominal, now=now, figures=figures)
         out.append(PlannedRun(key=run_key(policy, nominal), run_at=d.start_at,
                               kwargs={**(extra or {}), "nominal_start": nominal.isoformat(),
                                       "planned_start": d.start_at.isoformat()},

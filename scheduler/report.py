@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["ModeSpan", "RunReport", "REPORT_VERSION", "joules_to_grams"]
+__all__ = ["ModeSpan", "RunReport", "RunWindow", "REPORT_VERSION", "joules_to_grams"]
 
 REPORT_VERSION = 1
 
@@ -33,13 +33,48 @@ class ModeSpan:
         d["end"] = self.end.isoformat()
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ModeSpan":
+        return cls(**{**d, "start": datetime.fromisoformat(d["start"]), "end": datetime.fromisoformat(d["end"])})
+
+
+@dataclass(frozen=True)
+class RunWindow:
+    """One stretch in which the job ran; a pausable job has one per planned window.
+
+    ``ended_by``: ``"exit"`` (the job ended by itself) or ``"pause"`` (gridshift stopped it with
+    SIGTERM for a planned pause; it resumes with ``GRIDSHIFT_RESUME=1``). ``work_s`` is the work done
+    in it, in reference (clean-mode) seconds, from the job's progress reports or modelled from the
+    modes' speeds (``work_measured``).
+    """
+
+    start: datetime
+    end: datetime
+    ended_by: str
+    exit_code: int | None = None
+    energy_j: float = 0.0
+    carbon_g: float = 0.0
+    work_s: float = 0.0
+    work_measured: bool = False
+    flow_run_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["start"] = self.start.isoformat()
+        d["end"] = self.end.isoformat()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RunWindow":
+        return cls(**{**d, "start": datetime.fromisoformat(d["start"]), "end": datetime.fromisoformat(d["end"])})
+
 
 @dataclass(frozen=True)
 class RunReport:
     run_id: str
     policy: str
     job: str
-    status: str  # "completed" | "failed"
+    status: str  # "completed" | "failed" | "paused" (a pausable job between windows, under a deployment)
     backend: str
     measured: bool
     nominal_start: datetime
@@ -59,6 +94,7 @@ class RunReport:
     warnings: tuple[str, ...] = ()
     carbon_sources: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    windows: tuple[RunWindow, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +117,7 @@ class RunReport:
             "intensity_kind": self.intensity_kind,
             "intensity_source": self.intensity_source,
             "modes": [m.to_json() for m in self.modes],
+            "windows": [w.to_json() for w in self.windows],
             "decision_reason": self.decision_reason,
             "exit_code": self.exit_code,
             "error": self.error,
