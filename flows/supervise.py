@@ -336,7 +336,7 @@ def _follow_plans(policy: Policy, modes: _Modes, *, monitor: CarbonMonitor, star
             mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode  # nothing later: run now
         resuming = bool(run.windows)
         if resuming:
-            tracker.resumed(float(getattr(policy.job, "resume_overhead_s", 0.0) or 0.0))
+            tracker.resumed(policy.job.resume_overhead_s)
         ended = _run_window(policy, modes, plan, mode, resuming=resuming, tracker=tracker, replan=replan,
                             monitor=monitor, start_job=start_job, now=now, log=log, progress=progress, pausable=pausable)
         run.work_done_s = tracker.done_s

@@ -13,14 +13,14 @@ recurring job for ``gridshift serve``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
 from scheduler.decide import Decision, decide
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, plan_run
-from scheduler.policy import Policy
+from scheduler.policy import PlanRule, Policy
 from scheduler.service import PlannedRun, nominal_runs
 
 __all__ = ["StartChoice", "plan_start", "plan_runs", "plan_policy_job", "plans_with_planner", "run_key"]
@@ -33,19 +33,14 @@ def run_key(policy: Policy, nominal: datetime) -> str:
 
 def plans_with_planner(policy: Policy) -> bool:
     """True unless the policy explicitly chose a threshold rule (``rules.kind: absolute|relative``)."""
-    return policy.rules.kind not in ("absolute", "relative")
-
-
-def _objective(policy: Policy) -> Objective:
-    objective = getattr(policy, "objective", None)
-    return Objective(time_value_g_per_h=float(getattr(objective, "time_value_g_per_h", 0.0) or 0.0))
+    return isinstance(policy.rules, PlanRule)
 
 
 def _constraints(policy: Policy) -> PlanConstraints:
     rules = policy.rules
-    return PlanConstraints(min_dwell_s=rules.min_dwell_s,
-                           deadline_margin_s=float(getattr(rules, "deadline_margin_s", 0.0) or 0.0),
-                           slot_s=float(getattr(rules, "slot_s", 300.0) or 300.0))
+    if not isinstance(rules, PlanRule):
+        raise ValueError(f"rules.kind {rules.kind!r} decides by thresholds (scheduler.decide), not by the planner")
+    return PlanConstraints(min_dwell_s=rules.min_dwell_s, deadline_margin_s=rules.deadline_margin_s, slot_s=rules.slot_s)
 
 
 def plan_policy_job(
@@ -72,11 +67,19 @@ def plan_policy_job(
         slowest = min(f.speed for f in figures)
         deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + _constraints(policy).slot_s)
         pausable = False
+    # past the deadline the plan can only be the fastest finish; the planner wants a deadline ahead
+    deadline = max(deadline, now)
     job = PlanJob(work_s=max(work_s, 1.0), not_before=not_before, deadline=deadline,
                   pausable=policy.job.checkpointable if pausable is None else pausable,
-                  resume_overhead_s=float(getattr(policy.job, "resume_overhead_s", 0.0) or 0.0),
+                  resume_overhead_s=policy.job.resume_overhead_s,
                   running_mode=running_mode, running_since=running_since, resuming=resuming)
-    return plan_run(series, job, figures, now=now, objective=_objective(policy), constraints=_constraints(policy))
+    objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
+    constraints = _constraints(policy)
+    # a margin reaching back past now leaves no room, which the planner answers by dropping it: do
+    # so here already, so it never sees a horizon that ends before now
+    left_s = (deadline - now).total_seconds()
+    constraints = replace(constraints, deadline_margin_s=min(constraints.deadline_margin_s, left_s))
+    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints)
 
 
 @dataclass(frozen=True)
