@@ -41,9 +41,10 @@ from scheduler.auto_power import FINGERPRINT_ENV, GPU_MODEL_ENV, PROFILE_DIR_ENV
 from scheduler.clock_plans import CLOCK_PLAN_ENV, ModePlan
 from scheduler.decide import Decision, ModeState, decide
 from scheduler.modes import resolve_settings
+from scheduler.mode_figures import limit_modes
 from scheduler.planner import ModeFigures, RunPlan
 from scheduler.planning import plan_policy_job, plans_with_planner
-from scheduler.policy import Policy
+from scheduler.policy import Mode, Policy
 from scheduler.report import ModeSpan, RunWindow, joules_to_grams
 
 __all__ = ["PROGRESS_ENV", "RESUME_ENV", "STOPPED_EXIT_CODES", "SupervisedRun", "progress_file_reader", "supervise"]
@@ -95,6 +96,7 @@ class _Modes:
                  clock_plans: Mapping[str, ModePlan] | None, power_profile: PowerProfile | None, fingerprint: str,
                  profile_dir: Path | None) -> None:
         self.policy, self.backend, self.caps, self.control, self.run = policy, backend, caps, control, run
+        self.table: dict[str, Mode] = dict(policy.modes)  # plus the measured limits a profile offers
         self.now, self.log, self.reading = now, log, reading
         self.plans = dict(clock_plans or {})
         self.power_profile, self.fingerprint, self.profile_dir = power_profile, fingerprint, profile_dir
@@ -108,7 +110,7 @@ class _Modes:
 
     def job_env(self, mode: str) -> dict[str, str]:
         """The environment a job started in ``mode`` gets (mode, batch size, clock plan, profiles)."""
-        policy, m = self.policy, self.policy.modes[mode]
+        policy, m = self.policy, self.table[mode]
         self.job_plan = self.plans.get(mode)
         env = {"GRIDSHIFT_MODE": mode, **({"GRIDSHIFT_BATCH_SIZE": str(m.batch_size)} if m.batch_size else {})}
         if self.job_plan is not None:
@@ -133,7 +135,7 @@ class _Modes:
         return {}
 
     def enter(self, mode: str, reason: str) -> None:
-        m = self.policy.modes[mode]
+        m = self.table[mode]
         settings = resolve_settings(m, self.caps)
         notes: list[str] = []
         run, reading = self.run, self.reading
@@ -241,7 +243,8 @@ def supervise(
                    fingerprint=fingerprint, profile_dir=profile_dir)
     if plans_with_planner(policy):
         if not figures:
-            raise ValueError("the planner needs the modes' figures (scheduler.mode_figures.figures_for_policy)")
+            raise ValueError("the planner needs the modes' figures (scheduler.planning.policy_figures)")
+        modes.table.update({k: v for k, v in limit_modes(list(figures)).items() if k not in modes.table})
         return _follow_plans(policy, modes, monitor=monitor, start_job=start_job, now=now, log=log, deadline=deadline,
                              progress=progress, figures=figures, sleep=sleep,
                              pausable=policy.job.checkpointable if pausable is None else pausable,
@@ -301,9 +304,13 @@ def _follow_plans(policy: Policy, modes: _Modes, *, monitor: CarbonMonitor, star
     def replan(t: datetime, running: str | None = None, since: datetime | None = None) -> RunPlan:
         nonlocal replans
         replans += 1
+        # the flow run's start has come (deploy/serve chose it, or the user ran it now): a job that
+        # cannot pause starts at once, and the plan chooses its modes
+        start_now = not run.windows and not pausable
         plan = plan_policy_job(policy, modes.reading.series, tracker.planning_figures(order), now=t,
                                work_s=tracker.left_s, not_before=t, deadline=deadline, pausable=pausable,
-                               running_mode=running, running_since=since, resuming=bool(run.windows) and running is None)
+                               running_mode=running, running_since=since, start_now=start_now,
+                               resuming=bool(run.windows) and running is None)
         if not plan.feasible:
             note = (f"{t:%H:%M}: the deadline {deadline:%Y-%m-%d %H:%M} UTC cannot be met even at full speed; "
                     f"running the fastest finish (planned end {plan.finish:%H:%M} UTC)") if deadline else ""

@@ -40,8 +40,7 @@ from scheduler.clock_plans import ModePlan, load_clock_plans
 from scheduler.decide import Decision, decide
 from scheduler.ledger import Ledger
 from scheduler.planner import ModeFigures
-from scheduler.mode_figures import figures_for_policy
-from scheduler.planning import plans_with_planner
+from scheduler.planning import plans_with_planner, policy_figures
 from scheduler.policy import Policy
 from scheduler.policy_io import load_policy
 from scheduler.report import RunReport
@@ -273,7 +272,7 @@ def carbon_aware_training(
             warnings.append(control.warning)
         if not backend.measured:
             logger.warning("backend %r is simulated: energy and carbon figures are modelled, not measured", backend.name)
-        figures = figures_for_policy(policy, caps=backend.capabilities(), backend=backend, policy_path=policy_path)
+        figures = policy_figures(policy, backend=backend, profile=power_profile, policy_path=policy_path)
         started = run.windows[0].start if run.windows else _utcnow()
         # under a deployment a long pause is a Scheduled flow run, not a worker sleeping through it
         defer_over_s = DEFER_MIN_S if flow_run_deployment() is not None else None

@@ -23,7 +23,7 @@ from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, 
 from scheduler.policy import PlanRule, Policy
 from scheduler.service import PlannedRun, nominal_runs
 
-__all__ = ["StartChoice", "plan_start", "plan_runs", "plan_policy_job", "plans_with_planner", "run_key"]
+__all__ = ["StartChoice", "plan_start", "plan_runs", "plan_policy_job", "plans_with_planner", "policy_figures", "run_key"]
 
 
 def run_key(policy: Policy, nominal: datetime) -> str:
@@ -56,13 +56,20 @@ def plan_policy_job(
     running_mode: str | None = None,
     running_since: datetime | None = None,
     resuming: bool = False,
+    start_now: bool = False,
 ) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
 
     ``pausable`` defaults to ``job.checkpointable``. A job without a deadline starts at once
     (:class:`scheduler.policy.JobSpec`): it is planned against the finish of its slowest mode from
-    ``not_before``, so the planner chooses its modes but has no room to shift it.
+    ``not_before``, so the planner chooses its modes but has no room to shift it. ``start_now``: the
+    start is not the planner's to choose (a flow run whose start has come: the start was chosen by
+    deploy/serve, or the user ran it now); it plans the modes from ``now`` on, as if the job were
+    already running with its dwell served.
     """
+    if start_now and running_mode is None:
+        running_mode = policy.rules.clean_mode
+        running_since = now - timedelta(seconds=policy.rules.min_dwell_s)
     if deadline is None:
         slowest = min(f.speed for f in figures)
         deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + _constraints(policy).slot_s)
@@ -92,10 +99,26 @@ class StartChoice:
     plan: RunPlan | None = None  # None for threshold policies
 
 
-def _policy_figures(policy: Policy) -> list[ModeFigures]:
+def policy_figures(policy: Policy, *, backend: Any = None, profile: Any = None,
+                   policy_path: str | None = None, all_limits: bool = False) -> list[ModeFigures]:
+    """The planner's mode figures for ``policy`` (:func:`scheduler.mode_figures.figures_for_policy`).
+
+    ``backend`` gives the device (its capabilities) and, when it has a model (``operating_point``),
+    the last-resort figures; a backend without one (real hardware measures, it does not predict)
+    leaves that to the simulated GPU model, and the figures' source says so. ``profile``: a measured
+    power-limit profile (a stored ``PowerProfile`` or what :func:`read_limit_profile` accepts);
+    ``all_limits`` adds each of its measured limits as a candidate mode (``limit_<W>w``), where the
+    default keeps to the policy's own modes.
+    """
+    from backends.simulated import SimulatedBackend
     from scheduler.mode_figures import figures_for_policy
 
-    return figures_for_policy(policy)
+    if profile is not None and hasattr(profile, "to_json"):
+        profile = profile.to_json()
+    model = backend if backend is not None and hasattr(backend, "operating_point") else SimulatedBackend()
+    caps = backend.capabilities() if model is backend else None
+    return figures_for_policy(policy, caps=caps, backend=model, profile=profile, policy_path=policy_path,
+                              all_limits=all_limits)
 
 
 def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime,
@@ -103,8 +126,7 @@ def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, no
     """When (and in which mode) the occurrence nominally at ``nominal`` should start, seen at ``now``.
 
     The job may start from ``max(now, nominal + earliest_start_s)`` and must end by ``nominal +
-    deadline_s``. ``figures`` default to :func:`scheduler.mode_figures.figures_for_policy` (measured
-    profiles where the policy names them, else the backend's model).
+    deadline_s``. ``figures`` default to :func:`policy_figures` (the GPU model's, without a device).
     """
     job = policy.job
     earliest = max(now, nominal + timedelta(seconds=job.earliest_start_s))
@@ -114,7 +136,7 @@ def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, no
         return StartChoice(start_at=d.start_at, mode=d.mode, reason=d.reason)
     if deadline is None:
         earliest = max(now, nominal)
-    plan = plan_policy_job(policy, series, figures if figures is not None else _policy_figures(policy), now=now,
+    plan = plan_policy_job(policy, series, figures if figures is not None else policy_figures(policy), now=now,
                            work_s=job.expected_duration_s, not_before=earliest, deadline=deadline)
     first_mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode
     return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=" ".join(plan.reasons), plan=plan)
@@ -137,7 +159,7 @@ def plan_runs(policy: Policy, series: IntensitySeries, *, now: datetime, horizon
     if job.cron is None:
         return []
     if figures is None and plans_with_planner(policy):
-        figures = _policy_figures(policy)
+        figures = policy_figures(policy)
     out: list[PlannedRun] = []
     for nominal in nominal_runs(job.cron, now, earliest_start_s=job.earliest_start_s,
                                 deadline_s=job.deadline_s or job.expected_duration_s, horizon=horizon):
