@@ -23,7 +23,7 @@ from scheduler.ledger import gridshift_home
 from scheduler.report import ModeSpan, RunWindow
 
 __all__ = ["CHECKPOINT_DIR_ENV", "DEFER_MIN_S", "RESUME_STATE_VERSION", "checkpoint_dir", "defer_next_window",
-           "flow_run_deployment", "resume_state", "resumed_run"]
+           "flow_run_deployment", "next_window_parameters", "resume_state", "resumed_run"]
 
 #: where a checkpointable job keeps its checkpoint between windows (the same for all windows of a run)
 CHECKPOINT_DIR_ENV = "GRIDSHIFT_CHECKPOINT_DIR"
@@ -80,13 +80,23 @@ def flow_run_deployment() -> str | None:
     return deployment.id
 
 
-def defer_next_window(run: SupervisedRun, *, run_id: str, nominal: datetime) -> dict[str, Any]:
-    """Create the flow run of the next window (same deployment, scheduled at ``run.next_window``).
+def next_window_parameters(current: dict[str, Any], accepted: set[str], run: SupervisedRun, *, run_id: str,
+                           nominal: datetime) -> dict[str, Any]:
+    """Parameters of the next window's flow run: this run's ``current`` ones with ``run_id``,
+    ``nominal_start``, ``planned_start`` and ``resume`` set (and ``plan: false`` where the flow plans
+    on ``plan: true``), limited to ``accepted`` (the deployment's flow's parameters; all when empty)."""
+    assert run.next_window is not None
+    params = {k: v for k, v in current.items() if v is not None}
+    params.update(run_id=run_id, nominal_start=nominal.isoformat(), planned_start=run.next_window.isoformat(),
+                  resume=resume_state(run))
+    if "plan" in accepted:
+        params["plan"] = False  # the next window trains; it does not plan an occurrence again
+    return {k: v for k, v in params.items() if k in accepted} if accepted else params
 
-    Its parameters are this flow run's, with ``run_id``, ``nominal_start``, ``planned_start`` and
-    ``resume`` set (and ``plan: false`` where the flow plans on ``plan: true``), limited to those the
-    deployment's flow takes. Idempotent per window: a retried flow run creates no second one.
-    """
+
+def defer_next_window(run: SupervisedRun, *, run_id: str, nominal: datetime) -> dict[str, Any]:
+    """Create the flow run of the next window: the same deployment, scheduled at ``run.next_window``,
+    with :func:`next_window_parameters`. Idempotent per window: a retried flow run adds no second one."""
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
     from prefect.runtime import flow_run
@@ -96,15 +106,9 @@ def defer_next_window(run: SupervisedRun, *, run_id: str, nominal: datetime) -> 
     if deployment_id is None:
         raise RuntimeError("not in a deployment's flow run: there is nothing to schedule the next window through")
     with get_client(sync_client=True) as client:
-        accepted = set((client.read_deployment(UUID(deployment_id)).parameter_openapi_schema or {})
-                       .get("properties", {}))
-    params = {k: v for k, v in dict(flow_run.parameters or {}).items() if v is not None}
-    params.update(run_id=run_id, nominal_start=nominal.isoformat(), planned_start=run.next_window.isoformat(),
-                  resume=resume_state(run))
-    if "plan" in accepted:
-        params["plan"] = False  # the next window trains; it does not plan an occurrence again
-    if accepted:
-        params = {k: v for k, v in params.items() if k in accepted}
+        schema = client.read_deployment(UUID(deployment_id)).parameter_openapi_schema or {}
+    params = next_window_parameters(dict(flow_run.parameters or {}), set(schema.get("properties", {})), run,
+                                    run_id=run_id, nominal=nominal)
     window = len(run.windows) + 1
     created = run_deployment(name=UUID(deployment_id), parameters=params, scheduled_time=run.next_window, timeout=0,
                              as_subflow=False, idempotency_key=f"{run_id}#window{window}",
