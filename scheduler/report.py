@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["ModeSpan", "RunReport", "RunWindow", "REPORT_VERSION", "joules_to_grams"]
 
@@ -16,8 +16,28 @@ def joules_to_grams(energy_j: float, g_per_kwh: float) -> float:
     return energy_j / 3.6e6 * g_per_kwh
 
 
+_T = TypeVar("_T", bound="_TimedJson")
+
+
+class _TimedJson:
+    """JSON for a dataclass with ``start``/``end`` datetimes (ISO-8601 text in JSON)."""
+
+    start: datetime
+    end: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)  # type: ignore[call-overload]
+        d["start"] = self.start.isoformat()
+        d["end"] = self.end.isoformat()
+        return d
+
+    @classmethod
+    def from_json(cls: type[_T], d: dict[str, Any]) -> _T:
+        return cls(**{**d, "start": datetime.fromisoformat(d["start"]), "end": datetime.fromisoformat(d["end"])})
+
+
 @dataclass(frozen=True)
-class ModeSpan:
+class ModeSpan(_TimedJson):
     mode: str
     start: datetime
     end: datetime
@@ -27,19 +47,9 @@ class ModeSpan:
     g_per_kwh: float | None = None
     carbon_g: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["start"] = self.start.isoformat()
-        d["end"] = self.end.isoformat()
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ModeSpan":
-        return cls(**{**d, "start": datetime.fromisoformat(d["start"]), "end": datetime.fromisoformat(d["end"])})
-
 
 @dataclass(frozen=True)
-class RunWindow:
+class RunWindow(_TimedJson):
     """One stretch in which the job ran; a pausable job has one per planned window.
 
     ``ended_by``: ``"exit"`` (the job ended by itself) or ``"pause"`` (gridshift stopped it with
@@ -56,17 +66,6 @@ class RunWindow:
     carbon_g: float = 0.0
     work_s: float = 0.0
     work_measured: bool = False
-    flow_run_id: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["start"] = self.start.isoformat()
-        d["end"] = self.end.isoformat()
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RunWindow":
-        return cls(**{**d, "start": datetime.fromisoformat(d["start"]), "end": datetime.fromisoformat(d["end"])})
 
 
 @dataclass(frozen=True)
