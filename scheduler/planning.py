@@ -40,7 +40,8 @@ def _constraints(policy: Policy) -> PlanConstraints:
     rules = policy.rules
     if not isinstance(rules, PlanRule):
         raise ValueError(f"rules.kind {rules.kind!r} decides by thresholds (scheduler.decide), not by the planner")
-    return PlanConstraints(min_dwell_s=rules.min_dwell_s, deadline_margin_s=rules.deadline_margin_s, slot_s=rules.slot_s)
+    return PlanConstraints(min_dwell_s=rules.min_dwell_s, deadline_margin_s=rules.deadline_margin_s, slot_s=rules.slot_s,
+                           min_gain=rules.min_gain)
 
 
 def plan_policy_job(
@@ -57,6 +58,7 @@ def plan_policy_job(
     running_since: datetime | None = None,
     resuming: bool = False,
     start_now: bool = False,
+    reference_start: datetime | None = None,
 ) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
 
@@ -65,7 +67,8 @@ def plan_policy_job(
     ``not_before``, so the planner chooses its modes but has no room to shift it. ``start_now``: the
     start is not the planner's to choose (a flow run whose start has come: the start was chosen by
     deploy/serve, or the user ran it now); it plans the modes from ``now`` on, as if the job were
-    already running with its dwell served.
+    already running with its dwell served. ``reference_start``: the start a user would pick (the
+    cron time); the plan leaves it only for more than ``rules.min_gain`` of forecast gain.
     """
     if start_now and running_mode is None:
         running_mode = policy.rules.clean_mode
@@ -79,7 +82,8 @@ def plan_policy_job(
     job = PlanJob(work_s=max(work_s, 1.0), not_before=not_before, deadline=deadline,
                   pausable=policy.job.checkpointable if pausable is None else pausable,
                   resume_overhead_s=policy.job.resume_overhead_s,
-                  running_mode=running_mode, running_since=running_since, resuming=resuming)
+                  running_mode=running_mode, running_since=running_since, resuming=resuming,
+                  reference_start=reference_start)
     objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
     constraints = _constraints(policy)
     # a margin reaching back past now leaves no room, which the planner answers by dropping it: do
@@ -137,7 +141,8 @@ def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, no
     if deadline is None:
         earliest = max(now, nominal)
     plan = plan_policy_job(policy, series, figures if figures is not None else policy_figures(policy), now=now,
-                           work_s=job.expected_duration_s, not_before=earliest, deadline=deadline)
+                           work_s=job.expected_duration_s, not_before=earliest, deadline=deadline,
+                           reference_start=max(nominal, earliest))
     first_mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode
     return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=" ".join(plan.reasons), plan=plan)
 
