@@ -45,8 +45,13 @@ def nightly_retrain(
     planned_start: str | None = None,
     nominal_start: str | None = None,
     ledger_path: str | None = None,
+    run_id: str | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Plan this occurrence and defer it through Prefect, or (when it is time) train under the policy."""
+    """Plan this occurrence and defer it through Prefect, or (when it is time) train under the policy.
+
+    ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.windows`).
+    """
     from flows.sources import monitor_for
     from flows.training import carbon_aware_training
     from scheduler.planning import plan_start, run_key
@@ -83,4 +88,4 @@ def nightly_retrain(
         nominal_start = nominal.isoformat()
         planned_start = decision.start_at.isoformat()  # soon, or no deployment to defer through: wait here
     return carbon_aware_training(policy_path=policy_path, nominal_start=nominal_start, planned_start=planned_start,
-                                 ledger_path=ledger_path)
+                                 ledger_path=ledger_path, run_id=run_id, resume=resume)

@@ -34,6 +34,7 @@ from flows.mode_file import ModeFileChannel, mode_batch_sizes
 from flows.sources import monitor_for
 from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, supervise
 from flows.trials import CostWatchedJob, begin_trial
+from flows.windows import CHECKPOINT_DIR_ENV, DEFER_MIN_S, checkpoint_dir, defer_next_window, flow_run_deployment, resumed_run
 from plans.errors import BadProfile
 from plans.profile_store import PowerProfile, ProfileStore
 from scheduler.auto_power import job_fingerprint, profiles_dir
@@ -41,6 +42,8 @@ from scheduler.clock_plans import ModePlan, load_clock_plans
 from scheduler.decide import Decision, decide
 from scheduler.errors import LedgerError
 from scheduler.ledger import Ledger
+from scheduler.planner import ModeFigures
+from scheduler.planning import plans_with_planner, policy_figures
 from scheduler.policy import Policy
 from scheduler.policy_io import load_policy
 from scheduler.report import RunReport, deadline_miss
@@ -107,10 +110,11 @@ def wait_until(start_at: datetime, now: Callable[[], datetime] = _utcnow, sleep:
 
 
 @task(name="run job under policy", cache_policy=NO_CACHE)
-def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision,
+def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision | None,
                    reading: Reading, command: list[str] | None, deadline: datetime | None, out: SupervisedRun,
                    clock_plans: dict[str, ModePlan] | None = None, power_profile: PowerProfile | None = None,
-                   fingerprint: str = "", ledger_path: str | None = None, run_id: str = "") -> SupervisedRun:
+                   fingerprint: str = "", figures: list[ModeFigures] | None = None, run_id: str = "",
+                   defer_pauses_over_s: float | None = None, ledger_path: str | None = None) -> SupervisedRun:
     logger = get_run_logger()
     caps = backend.capabilities()
 
@@ -120,27 +124,35 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
         logger.info("batch size %d (%s): %s", trial.proposal.batch_size, trial.proposal.phase, trial.proposal.reason)
     channel = ModeFileChannel(progress_path.parent, mode_batch_sizes(policy, trial.proposal.batch_size if trial else None))
     watched: list[CostWatchedJob] = []
+    argv = command or policy.job.command
+    pausable = policy.job.checkpointable and bool(argv)
+    if policy.job.checkpointable and not argv:
+        out.warnings.append("job.checkpointable: an in-process callable cannot be stopped and resumed; it runs without pauses")
+    # a checkpointable job gets its grace period to write the checkpoint; others the usual one
+    grace = {"kill_grace_s": policy.job.stop_grace_s} if pausable else {}
 
     def start_job(env: dict[str, str]) -> JobHandle | CostWatchedJob:
         job_env = {**policy.job.env, **env, PROGRESS_ENV: str(progress_path)}
-        argv = command or policy.job.command
+        if pausable:
+            job_env[CHECKPOINT_DIR_ENV] = str(checkpoint_dir(run_id))
         if not argv:
             assert policy.job.callable is not None
             if trial is not None and trial.beta is not None:
                 out.warnings.append("batch-size early stop needs a command job: a callable cannot be stopped")
             return start_callable(policy.job.callable, env=job_env, on_line=logger.info)
-        handle = start_command(argv, on_line=logger.info, env=job_env, cwd=policy.job.workdir)
+        handle = start_command(argv, on_line=logger.info, env=job_env, cwd=policy.job.workdir, **grace)
         if trial is None:
             return handle
         watched.append(trial.watch(handle, backend.energy_mj))
-        return watched[0]
+        return watched[-1]
 
     try:
         return supervise(policy=policy, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
                          first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
                          out=out, progress=progress_file_reader(progress_path),
                          clock_plans=clock_plans, power_profile=power_profile, fingerprint=fingerprint,
-                         profile_dir=profiles_dir(), mode_file=channel)
+                         profile_dir=profiles_dir(), figures=figures, pausable=pausable,
+                         defer_pauses_over_s=defer_pauses_over_s, mode_file=channel)
     finally:
         if trial is not None:  # recorded whatever happened, so a pending trial never lingers
             result, _ = channel.result()
@@ -224,8 +236,14 @@ def carbon_aware_training(
     ledger_path: str | None = None,
     nominal_start: str | None = None,
     planned_start: str | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the policy's job (or ``command``) under the policy; returns the report dict.
+
+    A pausable job (``job.checkpointable``) under a deployment ends this flow run at a long planned
+    pause with status ``paused``, after scheduling its next window as a flow run of the same
+    deployment; ``resume`` (from :mod:`flows.windows`) carries the windows, spans and work done so far
+    into that run, so its report covers them all. Outside a deployment the flow waits through pauses.
 
     ``nominal_start`` (ISO-8601) is the occurrence's nominal time (default: now): the deadline and
     the reported deferral count from it, and the job may start from ``nominal + earliest_start_s``
@@ -246,15 +264,17 @@ def carbon_aware_training(
         reading = read_intensity(monitor, now)
         for failure in reading.failures:
             logger.warning("carbon source failed over: %s", failure)
-        decision = decide_mode(policy, reading, now, deadline)
-        logger.info("decision: %s mode — %s", decision.mode, decision.reason)
+        decision = None
+        if not plans_with_planner(policy):  # threshold rules; the planner plans inside the run
+            decision = decide_mode(policy, reading, now, deadline)
+            logger.info("decision: %s mode — %s", decision.mode, decision.reason)
         backend = create_backend(backend_name or policy.backend.name, **policy.backend.options)
     except BaseException:
         monitor.close()
         raise
     # From here on every path restores, closes and records a report (status failed on any error).
     started = _utcnow()
-    run = SupervisedRun()
+    run = resumed_run(resume)
     warnings = [f"carbon: {f}" for f in reading.failures]
     errors: list[BaseException] = []
     try:
@@ -273,11 +293,14 @@ def carbon_aware_training(
             warnings.append(control.warning)
         if not backend.measured:
             logger.warning("backend %r is simulated: energy and carbon figures are modelled, not measured", backend.name)
-        started = _utcnow()
+        figures = policy_figures(policy, backend=backend, profile=power_profile, policy_path=policy_path)
+        started = run.windows[0].start if run.windows else _utcnow()
+        # under a deployment a long pause is a Scheduled flow run, not a worker sleeping through it
+        defer_over_s = DEFER_MIN_S if flow_run_deployment() is not None else None
         uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
         try:
             run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
-                           clock_plans, power_profile, fingerprint, ledger_path, run_id)
+                           clock_plans, power_profile, fingerprint, figures, run_id, defer_over_s, ledger_path)
         finally:
             uninstall_signal_restore()
     except BaseException as exc:  # the report is still written, then the flow fails
@@ -310,9 +333,10 @@ def carbon_aware_training(
         parts.append(f"settings may not be restored: run `gridshift gpu restore` "
                      f"({type(restore_error).__name__}: {restore_error})")
     error = "; ".join(parts)
-    status = "completed" if (run.exit_code == 0 and not error) else "failed"
+    paused = run.next_window is not None and not error
+    status = "paused" if paused else "completed" if (run.exit_code == 0 and not error) else "failed"
     raised: BaseException | None = errors[0] if errors else None
-    if raised is None and status != "completed":
+    if raised is None and status not in ("completed", "paused"):
         raised = JobFailed(run.exit_code if run.exit_code is not None else 1, run.tail)
     warnings.extend(run.warnings)
     late_s, late_warning = deadline_miss(ended, deadline)
@@ -323,6 +347,15 @@ def carbon_aware_training(
     extra = dict(run.extra)
     if raised is not None:  # so the CLI can map e.g. a GPU lost mid-run to its exit code
         extra["error_type"] = f"{type(raised).__module__}:{type(raised).__qualname__}"
+    if paused:
+        assert run.next_window is not None
+        try:
+            extra["next_window"] = defer_next_window(run, run_id=run_id, nominal=nominal)
+            logger.info("paused: the next window is flow run %s, scheduled for %s UTC",
+                        extra["next_window"]["flow_run_id"], f"{run.next_window:%Y-%m-%d %H:%M}")
+        except Exception as exc:  # recorded as a failed run, so the work done so far is not lost silently
+            status, error = "failed", f"could not schedule the next window: {type(exc).__name__}: {exc}"
+            raised = exc
     report = RunReport(
         run_id=run_id, policy=str(policy_path), job=policy.job.name, status=status, backend=backend.name,
         measured=backend.measured, nominal_start=nominal, started_at=started, ended_at=ended,
@@ -330,8 +363,9 @@ def carbon_aware_training(
         energy_j=energy_j, carbon_g=run.carbon_g,
         intensity_g_per_kwh=(run.carbon_g / energy_j * 3.6e6) if energy_j > 0 else reading.current.g_per_kwh,
         intensity_kind=reading.current.kind, intensity_source=reading.current.source or reading.source,
-        modes=tuple(run.spans), decision_reason=decision.reason, exit_code=run.exit_code, error=error,
-        warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=extra, late_s=late_s,
+        modes=tuple(run.spans), decision_reason=run.reason or (decision.reason if decision else ""),
+        exit_code=run.exit_code, error=error, warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=extra,
+        windows=tuple(run.windows), late_s=late_s,
     ).to_json()
     try:
         write_ledger(report, ledger_path)

@@ -201,6 +201,7 @@ class JobSpec(Strict):
     cron: str | None = Field(default=None, description="recurrence for deployments and simulation, e.g. '0 1 * * *' (UTC)")
     checkpointable: bool = Field(default=False, description="the job can stop and resume, so it may be split across green slots")
     resume_overhead_s: float = Field(default=0.0, ge=0, description="extra speed-mode seconds of work each resume costs (reload, warm-up)")
+    stop_grace_s: float = Field(default=60.0, gt=0, description="a checkpointable job gets this long after SIGTERM to write its checkpoint before SIGKILL")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the command")
     workdir: Path | None = Field(default=None, description="working directory for the command (default: the current directory)")
     batch_size_search: BatchSizeSearch | None = Field(default=None, description="search space of 'batch_size: auto' modes")

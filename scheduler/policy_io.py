@@ -76,8 +76,8 @@ def _key_node(node: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # discriminated unions add the tag ("absolute") and function validators add "function-..." parts
-    return tuple(p for p in loc if not (isinstance(p, str) and (p in ("absolute", "relative") or "[" in p)))
+    # discriminated unions add the tag ("plan", "absolute") and function validators add "function-..." parts
+    return tuple(p for p in loc if not (isinstance(p, str) and (p in ("plan", "absolute", "relative") or "[" in p)))
 
 
 def _format_input(value: Any) -> str:

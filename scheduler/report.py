@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["ModeSpan", "RunReport", "REPORT_VERSION", "deadline_miss", "joules_to_grams"]
+__all__ = ["ModeSpan", "RunReport", "RunWindow", "REPORT_VERSION", "deadline_miss", "joules_to_grams"]
 
 REPORT_VERSION = 1
 
@@ -26,8 +26,28 @@ def deadline_miss(ended: datetime, deadline: datetime | None) -> tuple[float | N
     return late_s, f"deadline missed: finished {late_s:.0f} s after the deadline {deadline:%Y-%m-%d %H:%M:%S} UTC"
 
 
+_T = TypeVar("_T", bound="_TimedJson")
+
+
+class _TimedJson:
+    """JSON for a dataclass with ``start``/``end`` datetimes (ISO-8601 text in JSON)."""
+
+    start: datetime
+    end: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)  # type: ignore[call-overload]
+        d["start"] = self.start.isoformat()
+        d["end"] = self.end.isoformat()
+        return d
+
+    @classmethod
+    def from_json(cls: type[_T], d: dict[str, Any]) -> _T:
+        return cls(**{**d, "start": datetime.fromisoformat(d["start"]), "end": datetime.fromisoformat(d["end"])})
+
+
 @dataclass(frozen=True)
-class ModeSpan:
+class ModeSpan(_TimedJson):
     mode: str
     start: datetime
     end: datetime
@@ -37,11 +57,25 @@ class ModeSpan:
     g_per_kwh: float | None = None
     carbon_g: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["start"] = self.start.isoformat()
-        d["end"] = self.end.isoformat()
-        return d
+
+@dataclass(frozen=True)
+class RunWindow(_TimedJson):
+    """One stretch in which the job ran; a pausable job has one per planned window.
+
+    ``ended_by``: ``"exit"`` (the job ended by itself) or ``"pause"`` (gridshift stopped it with
+    SIGTERM for a planned pause; it resumes with ``GRIDSHIFT_RESUME=1``). ``work_s`` is the work done
+    in it, in reference (clean-mode) seconds, from the job's progress reports or modelled from the
+    modes' speeds (``work_measured``).
+    """
+
+    start: datetime
+    end: datetime
+    ended_by: str
+    exit_code: int | None = None
+    energy_j: float = 0.0
+    carbon_g: float = 0.0
+    work_s: float = 0.0
+    work_measured: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,7 +83,7 @@ class RunReport:
     run_id: str
     policy: str
     job: str
-    status: str  # "completed" | "failed"
+    status: str  # "completed" | "failed" | "paused" (a pausable job between windows, under a deployment)
     backend: str
     measured: bool
     nominal_start: datetime
@@ -70,6 +104,7 @@ class RunReport:
     carbon_sources: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
     late_s: float | None = None  # seconds past the deadline (0: on time; None: no deadline)
+    windows: tuple[RunWindow, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +127,7 @@ class RunReport:
             "intensity_kind": self.intensity_kind,
             "intensity_source": self.intensity_source,
             "modes": [m.to_json() for m in self.modes],
+            "windows": [w.to_json() for w in self.windows],
             "decision_reason": self.decision_reason,
             "exit_code": self.exit_code,
             "error": self.error,

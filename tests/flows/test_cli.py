@@ -30,7 +30,7 @@ def test_policy_check_ok() -> None:
     [
         (("  name: auto", "  name: auto\n  turbo: yes"), "backend.turbo: unknown key 'turbo'"),
         (("expected_duration_s: 5", "expected_duration_s: five"), "job.expected_duration_s"),
-        (("kind: relative ", "kind: [relative "), "YAML syntax error"),
+        (("kind: plan ", "kind: [plan "), "YAML syntax error"),
     ],
 )
 def test_policy_check_bad_input_is_one_line_exit_2(tmp_path: Path, mutation: tuple[str, str], expect: str) -> None:

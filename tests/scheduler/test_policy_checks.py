@@ -191,5 +191,5 @@ def test_unknown_key_is_reported_before_the_missing_key_it_explains() -> None:
 
 
 def test_error_order_is_otherwise_kept() -> None:
-    text = EXAMPLE.replace("expected_duration_s: 5", "expected_duration_s: -1").replace("horizon_s: 86400", "horizon_s: -1")
-    assert "rules.horizon_s" in str(_error(text))  # the earlier of two value errors, as before
+    text = EXAMPLE.replace("expected_duration_s: 5", "expected_duration_s: -1").replace("interval_s: 600", "interval_s: -1")
+    assert "rules.interval_s" in str(_error(text))  # the earlier of two value errors, as before

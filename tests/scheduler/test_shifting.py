@@ -21,11 +21,18 @@ from scheduler.shifting import (
 STEP_S = 900.0
 
 
-@pytest.fixture
-def nightly_policy():
+def _threshold_nightly():
+    """The nightly example with the percentile rule it had before the planner: decide()'s own policy."""
+    from scheduler.policy import RelativeRule
     from scheduler.policy_io import load_policy
 
-    return load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
+    policy = load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
+    return policy.model_copy(update={"rules": RelativeRule(horizon_s=43200, min_dwell_s=1800, interval_s=900)})
+
+
+@pytest.fixture
+def nightly_policy():
+    return _threshold_nightly()
 
 
 @st.composite
@@ -131,9 +138,8 @@ def test_decide_shifts_the_start_within_the_window(nightly_policy):
 def test_decide_never_starts_early_or_late(values, earliest_steps):
 
     from scheduler.decide import decide
-    from scheduler.policy_io import load_policy
 
-    nightly_policy = load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
+    nightly_policy = _threshold_nightly()
 
     nominal = datetime(2024, 3, 1, 1, 0, tzinfo=timezone.utc)
     earliest = nominal + timedelta(minutes=15 * earliest_steps)
