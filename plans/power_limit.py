@@ -202,7 +202,8 @@ class PowerLimitProfiler:
             raise BadProfile("cannot resume from an empty profile")
         return Done(selected_w=float(self.select(ms)), measurements=ms)
 
-    def _window(self, index: int) -> str:
+    def window_name(self, index: int) -> str:
+        """The energy window's name for ``limits_w[index]``."""
         return f"gridshift-power-limit-{self.limits_w[index]:g}W"
 
     def step(self, state: ProfilerState, event: StepBegin | EpochEnd | Measured) -> tuple[ProfilerState, tuple[Action, ...]]:
@@ -213,7 +214,7 @@ class PowerLimitProfiler:
             if isinstance(state, (Warmup, Profiling)):
                 acts: list[Action] = []
                 if isinstance(state, Profiling):
-                    acts.append(CancelWindow(self._window(state.index)))
+                    acts.append(CancelWindow(self.window_name(state.index)))
                 acts.append(SetLimit(self.limits_w[0]))
                 return Ready(state.index, 1, state.measurements), tuple(acts)
             return state, ()
@@ -237,12 +238,12 @@ class PowerLimitProfiler:
             if self.warmup_steps == 0:
                 return Profiling(state.index, self.profile_steps, state.measurements), (
                     SetLimit(self.limits_w[state.index]),
-                    BeginWindow(self._window(state.index)),
+                    BeginWindow(self.window_name(state.index)),
                 )
             return Warmup(state.index, self.warmup_steps, state.measurements), (SetLimit(self.limits_w[state.index]),)
         if isinstance(state, Warmup):
-            return Profiling(state.index, self.profile_steps, state.measurements), (BeginWindow(self._window(state.index)),)
-        return Measuring(state.index, state.measurements), (EndWindow(self._window(state.index)),)
+            return Profiling(state.index, self.profile_steps, state.measurements), (BeginWindow(self.window_name(state.index)),)
+        return Measuring(state.index, state.measurements), (EndWindow(self.window_name(state.index)),)
 
 
 def local_limit_search(
