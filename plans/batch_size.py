@@ -332,6 +332,7 @@ class BatchSizeOptimizer:
             value, b, why = options[0]
             if b in self._pending and b not in self.arms:
                 return Proposal(best, "concurrent", f"{b} is being explored by another run; using the best known size {best}")
-            phase: Literal["explore", "exploit"] = "explore"
+            # "explore" is a size never run; another run of a known size is exploitation that also learns
+            phase: Literal["explore", "exploit"] = "explore" if b not in self.arms else "exploit"
             return Proposal(b, phase, f"{why}; worth {value / best_cost:.2f} runs over the recurrences left")
         return Proposal(best, "exploit", f"{best} has the lowest expected cost ({best_cost:.4g}) and nothing is worth trying")
