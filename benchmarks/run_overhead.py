@@ -42,7 +42,10 @@ JOB = [sys.executable, "-c", f"print({MARKER!r}, flush=True)"]
 def _timed(argv: list[str], env: dict[str, str], timeout_s: float) -> dict[str, float]:
     """Run ``argv``; seconds until MARKER appears (stdout or stderr) and until the process exits."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # in GRIDSHIFT_HOME's folder: `python -c` puts the working directory first on sys.path, and
+    # --repo must win over a checkout the benchmark is started from
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(env["GRIDSHIFT_HOME"]).parent)
     first: list[float] = []
     tails: list[str] = []
 
