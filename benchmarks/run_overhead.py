@@ -10,7 +10,7 @@ Measured in one run, on this machine, against the simplest alternative, the bare
   already up (started once before the repetitions, as a user or a service would keep it).
 
 Each figure is the median of ``--repeat`` runs (wall clock, measured); overhead = the run's wall
-time minus the bare job's. The simulated backend and the packaged trace keep it offline.
+time minus the bare job's; CPU seconds say how much of it is work rather than waiting for a core. The simulated backend and the packaged trace keep it offline.
 ``--repo PATH`` times another checkout's ``gridshift`` (e.g. an older version) the same way.
 
     python benchmarks/run_overhead.py [--repeat 3] [--json] [--repo PATH]
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -40,7 +41,9 @@ JOB = [sys.executable, "-c", f"print({MARKER!r}, flush=True)"]
 
 
 def _timed(argv: list[str], env: dict[str, str], timeout_s: float) -> dict[str, float]:
-    """Run ``argv``; seconds until MARKER appears (stdout or stderr) and until the process exits."""
+    """Run ``argv``; seconds until MARKER appears (stdout or stderr), until the process exits, and
+    the CPU seconds it (and the children it waited for, e.g. a temporary server) used."""
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     # in GRIDSHIFT_HOME's folder: `python -c` puts the working directory first on sys.path, and
     # --repo must win over a checkout the benchmark is started from
@@ -64,11 +67,13 @@ def _timed(argv: list[str], env: dict[str, str], timeout_s: float) -> dict[str, 
         proc.kill()
         raise SystemExit(f"run_overhead: {argv[:4]} did not finish within {timeout_s:.0f} s")
     total = time.monotonic() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     for t in threads:
         t.join(5)
     if rc != 0 or not first:
         raise SystemExit(f"run_overhead: {argv[:4]} exited {rc}: {''.join(tails[-10:])}")
-    return {"first_line_s": first[0], "total_s": total}
+    cpu_s = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    return {"first_line_s": first[0], "total_s": total, "cpu_s": cpu_s}
 
 
 def _median(samples: list[dict[str, float]]) -> dict[str, float]:
@@ -152,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"gridshift run overhead (measured, median of {args.repeat}; {os.cpu_count()} CPUs, "
           f"load average {result['load_average_1m']:.1f}; {args.repo.resolve()})")
-    print(f"{'case':<34} {'first line s':>12} {'total s':>8} {'overhead s':>11}")
+    print(f"{'case':<34} {'first line s':>12} {'total s':>8} {'overhead s':>11} {'CPU s':>6}")
     for name, m in result["cases"].items():
-        print(f"{name:<34} {m['first_line_s']:>12.2f} {m['total_s']:>8.2f} {m['overhead_s']:>11.2f}")
+        print(f"{name:<34} {m['first_line_s']:>12.2f} {m['total_s']:>8.2f} {m['overhead_s']:>11.2f} {m['cpu_s']:>6.2f}")
+    print("CPU s: user+system seconds of the run and the children it waited for (a running server's own work is not in it);"
+          " on a busy machine wall times grow, CPU seconds much less")
     print(f"first run with a new Prefect database (not in the medians): {first_ever['total_s']:.1f} s")
     return 0
 
