@@ -312,7 +312,9 @@ def carbon_aware_training(
             errors.append(exc)
             logger.warning("cleanup failed: %s: %s", type(exc).__name__, exc)
     parts: list[str] = []
-    if errors and errors[0] is not restore_error:  # the run's own error (or a close's) comes first
+    # the job's own non-zero exit (re-raised by its task) is described below, with the trial's note first
+    job_exit = bool(errors) and isinstance(errors[0], JobFailed) and run.exit_code not in (0, None)
+    if errors and errors[0] is not restore_error and not job_exit:  # the run's own error (or a close's) comes first
         parts.append(_describe(errors[0]))
     elif run.extra.get("batch_size_trial", {}).get("outcome") == "stopped":
         parts.append(run.extra["batch_size_trial"]["note"])
