@@ -2,8 +2,9 @@
 
 ``with restoring_on_signals(backend): ...`` restores when the block ends, however it ends. While
 it is active, SIGINT and SIGTERM restore *at once* inside the handler (before any unwinding that
-could be slow or blocked) and then raise ``KeyboardInterrupt`` / ``SystemExit(128 + signum)`` so
-the program's own ``finally`` blocks still run. The previous handlers come back on exit.
+could be slow or blocked) and then call the handler that was installed before, if it is a Python
+function, or else raise ``KeyboardInterrupt`` / ``SystemExit(128 + signum)``, so the program's own
+``finally`` blocks still run. The previous handlers come back on exit.
 
 SIGKILL cannot be caught: that case is covered by the journal (:mod:`backends.journal`), replayed
 by the next start or ``gridshift gpu restore``. Signal handlers can only be installed from the
@@ -44,6 +45,9 @@ def install_restore_handlers(backend: Backend, *, log: Callable[[str], None] | N
         else:
             if log is not None:
                 log(f"signal {signal.Signals(signum).name}: GPU settings restored")
+        before = previous.get(signum)
+        if callable(before) and before is not signal.default_int_handler:
+            before(signum, frame)  # the program's own handler (e.g. `gridshift run`'s) decides how to stop
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["JobFailed", "JobHandle", "start_command", "start_callable", "resolve_argv"]
+__all__ = ["JobFailed", "JobHandle", "OUTPUT_THREAD_NAME", "start_command", "start_callable", "resolve_argv"]
 
 
 class JobFailed(Exception):
@@ -49,6 +49,9 @@ def resolve_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+#: the thread that hands a command's output lines to ``on_line``: log records made there are the
+#: job's own output (``gridshift run`` shows them plainly, not as its own log lines)
+OUTPUT_THREAD_NAME = "gridshift-job-output"
 # how long wait()/kill() wait for the output pump to log what is still buffered after the exit
 OUTPUT_DRAIN_S = 2.0
 # how long kill() gives the job's process group to stop on SIGTERM before SIGKILL
@@ -196,7 +199,7 @@ def start_command(
             on_line(line)
         proc.stdout.close()
 
-    thread = threading.Thread(target=pump, name="gridshift-job-output", daemon=True)
+    thread = threading.Thread(target=pump, name=OUTPUT_THREAD_NAME, daemon=True)
     thread.start()
     return JobHandle(proc, thread, tail, [], kill_grace_s)
 

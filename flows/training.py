@@ -12,7 +12,6 @@ import shutil
 import signal
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, Callable
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import TerminationSignal
 
 from backends.base import Backend
 from backends.errors import NoPermission
@@ -31,6 +31,7 @@ from carbon.series import as_utc
 from flows.artifacts import artifact_key, report_markdown
 from flows.job import JobFailed, JobHandle, start_callable, start_command
 from flows.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.run_ids import new_run_id
 from flows.sources import monitor_for
 from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, supervise
 from flows.trials import CostWatchedJob, begin_trial
@@ -80,10 +81,6 @@ def quiet_domain_tracebacks() -> None:
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def new_run_id() -> str:
-    return f"{_utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
 @task(name="read intensity", cache_policy=NO_CACHE)
@@ -147,12 +144,12 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
         return watched[-1]
 
     try:
-        return supervise(policy=policy, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
-                         first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
-                         out=out, progress=progress_file_reader(progress_path),
-                         clock_plans=clock_plans, power_profile=power_profile, fingerprint=fingerprint,
-                         profile_dir=profiles_dir(), figures=figures, pausable=pausable,
-                         defer_pauses_over_s=defer_pauses_over_s, mode_file=channel)
+        run = supervise(policy=policy, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
+                        first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
+                        out=out, progress=progress_file_reader(progress_path),
+                        clock_plans=clock_plans, power_profile=power_profile, fingerprint=fingerprint,
+                        profile_dir=profiles_dir(), figures=figures, pausable=pausable,
+                        defer_pauses_over_s=defer_pauses_over_s, mode_file=channel)
     finally:
         if trial is not None:  # recorded whatever happened, so a pending trial never lingers
             result, _ = channel.result()
@@ -162,6 +159,9 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
             except LedgerError as exc:  # the run's own outcome (and its report) matter more
                 out.warnings.append(f"batch-size trial not recorded: {exc}")
         shutil.rmtree(progress_path.parent, ignore_errors=True)
+    if run.exit_code not in (0, None):  # the task fails with the job, not only the flow (``out`` keeps the figures)
+        raise JobFailed(run.exit_code, run.tail)
+    return run
 
 
 @task(name="restore settings", cache_policy=NO_CACHE)
@@ -219,7 +219,13 @@ def _describe(exc: BaseException) -> str:
             return f"terminated by {signal.Signals(exc.code - 128).name}"
         except ValueError:
             pass
-    return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by SIGINT (Ctrl-C)"
+    if isinstance(exc, TerminationSignal):  # Prefect's SIGTERM handler, active while a flow runs
+        return f"terminated by {signal.Signals(exc.signal).name}"
+    if isinstance(exc, JobFailed):  # its message says what happened
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _utc(iso: str | None) -> datetime | None:
@@ -277,6 +283,7 @@ def carbon_aware_training(
     run = resumed_run(resume)
     warnings = [f"carbon: {f}" for f in reading.failures]
     errors: list[BaseException] = []
+    uninstall_signal_restore: Callable[[], None] = lambda: None
     try:
         control = _probe_control(backend, policy.backend.require_control)
         # now against the device: its clock table and (on real hardware) its GPU model
@@ -297,19 +304,24 @@ def carbon_aware_training(
         started = run.windows[0].start if run.windows else _utcnow()
         # under a deployment a long pause is a Scheduled flow run, not a worker sleeping through it
         defer_over_s = DEFER_MIN_S if flow_run_deployment() is not None else None
+        # SIGINT/SIGTERM restore at once from here until the settings are restored below, so that a
+        # second signal while the job is stopped or the report is written cannot leave them changed
         uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
-        try:
-            run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
-                           clock_plans, power_profile, fingerprint, figures, run_id, defer_over_s, ledger_path)
-        finally:
-            uninstall_signal_restore()
+        run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
+                       clock_plans, power_profile, fingerprint, figures, run_id, defer_over_s, ledger_path)
     except BaseException as exc:  # the report is still written, then the flow fails
         errors.append(exc)
     ended = _utcnow()
     # each cleanup step on its own: one failing must not skip the others or the report
     restore_error: BaseException | None = None
     try:
-        restore_settings(backend)
+        try:
+            restore_settings(backend)
+        except (KeyboardInterrupt, SystemExit) as exc:  # a second signal, inside Prefect's task machinery
+            errors.append(exc)
+            backend.restore()  # plainly (the signal handler has restored already; this says whether it held)
+        finally:
+            uninstall_signal_restore()
     except BaseException as exc:
         restore_error = exc
         errors.append(exc)
@@ -323,7 +335,9 @@ def carbon_aware_training(
             errors.append(exc)
             logger.warning("cleanup failed: %s: %s", type(exc).__name__, exc)
     parts: list[str] = []
-    if errors and errors[0] is not restore_error:  # the run's own error (or a close's) comes first
+    # the job's own non-zero exit (re-raised by its task) is described below, with the trial's note first
+    job_exit = bool(errors) and isinstance(errors[0], JobFailed) and run.exit_code not in (0, None)
+    if errors and errors[0] is not restore_error and not job_exit:  # the run's own error (or a close's) comes first
         parts.append(_describe(errors[0]))
     elif run.extra.get("batch_size_trial", {}).get("outcome") == "stopped":
         parts.append(run.extra["batch_size_trial"]["note"])

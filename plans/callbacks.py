@@ -9,13 +9,21 @@ Plain PyTorch (or any loop)::
             cb.on_step_begin(); train_step(batch); cb.on_step_end()
         cb.on_epoch_end()
 
-Limits are applied through :class:`backends.Backend` (which records and restores what it found);
-energy windows come from the injected :class:`backends.meter.EnergyMeter`. For distributed training
-pass ``combine=`` a function that all-reduces a :class:`plans.power_limit.Measured` across ranks
-(energy summed, time maxed; :func:`plans.power_limit.combine_ranks` does the arithmetic).
+    cb.on_train_end()  # restores the limit found before training
 
-Hugging Face Trainer and Lightning adapters import their framework only when called, so this module
-imports neither torch nor transformers.
+Limits are applied through :class:`backends.Backend` (which records and restores what it found);
+energy windows come from the injected :class:`backends.meter.EnergyMeter`, which must count this
+rank's own GPU only (``NvidiaBackend(per_rank=True)`` picks it from ``LOCAL_RANK``).
+
+Distributed training: every rank runs the callback (steps and epochs are in lockstep, so the windows
+close at the same step everywhere). :meth:`PowerLimitCallback.use_torch_distributed` (called by the
+HF and Lightning adapters at train start) all-reduces each closed window when ``torch.distributed``
+is initialised: energy summed over ranks, time the slowest rank's (the arithmetic of
+:func:`plans.power_limit.combine_ranks`); the stored profile then says ``world_size`` = the number
+of ranks, and only rank 0 writes it. Or pass ``combine=`` yourself.
+
+The Hugging Face Trainer and Lightning adapters import their framework only when called, so this
+module imports neither torch nor transformers.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Any, Callable
 from backends.base import Backend
 from backends.meter import EnergyMeter
 from backends.types import Settings
+from plans.errors import BadProfile
 from plans.power_limit import (
     BeginWindow,
     CancelWindow,
@@ -34,13 +43,42 @@ from plans.power_limit import (
     LimitMeasurement,
     Measured,
     PowerLimitProfiler,
+    Profiling,
     ProfilerState,
     SetLimit,
     StepBegin,
 )
 from plans.profile_store import PowerProfile, ProfileStore
 
-__all__ = ["PowerLimitCallback", "hf_callback", "lightning_callback"]
+__all__ = ["PowerLimitCallback", "hf_callback", "lightning_callback", "torch_distributed_combine"]
+
+
+def torch_distributed_combine() -> tuple[Callable[[Measured], Measured], int, int] | None:
+    """``(combine, world_size, rank)`` when ``torch.distributed`` is initialised, else None.
+
+    ``combine`` all-reduces one closed window: time MAX, energy SUM, and the step counts must agree.
+    It is a collective: every rank must call it for the same window (they do, in lockstep).
+    """
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+    def combine(m: Measured) -> Measured:
+        most = torch.tensor([m.time_s, float(m.steps), -float(m.steps)], dtype=torch.float64, device=device)
+        total = torch.tensor([m.energy_j], dtype=torch.float64, device=device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        hi, lo = int(most[1].item()), int(-most[2].item())
+        if hi != lo:
+            raise BadProfile(f"ranks measured different step counts: {lo} to {hi}")
+        return Measured(time_s=float(most[0].item()), energy_j=float(total[0].item()), steps=hi)
+
+    return combine, dist.get_world_size(), dist.get_rank()
 
 
 class PowerLimitCallback:
@@ -65,7 +103,9 @@ class PowerLimitCallback:
         self.gpu_model = gpu_model
         self.fingerprint = fingerprint
         self.combine = combine or (lambda m: m)
+        self._combine_given = combine is not None
         self.world_size = world_size
+        self.saves_profile = True
         self._pending_limit_w: float | None = None
         stored = store.load(gpu_model, fingerprint) if store is not None else None
         self.reused = stored is not None
@@ -85,6 +125,31 @@ class PowerLimitCallback:
 
     def on_epoch_end(self) -> None:
         self._advance(EpochEnd())
+
+    def on_train_end(self) -> None:
+        """Drop an unfinished profiling window and put back the limit found before training.
+
+        An unfinished profile is not saved (the next run profiles again).
+        """
+        try:
+            if isinstance(self.state, Profiling):
+                self.meter.end(self.profiler.window_name(self.state.index))
+        finally:
+            self.backend.restore()
+
+    def use_torch_distributed(self) -> bool:
+        """Combine windows across ranks with ``torch.distributed`` when it is initialised.
+
+        Keeps a ``combine`` passed to the constructor. Returns True when ranks are combined.
+        """
+        if self._combine_given:
+            return self.world_size > 1
+        found = torch_distributed_combine()
+        if found is None:
+            return False
+        self.combine, self.world_size, rank = found
+        self.saves_profile = rank == 0  # one writer; every rank computes the same combined profile
+        return True
 
     # -- selection -----------------------------------------------------------------------------
     @property
@@ -121,7 +186,8 @@ class PowerLimitCallback:
                 measured = self.combine(Measured(time_s=w.duration_s, energy_j=w.energy_j, steps=self.profiler.profile_steps))
                 self._advance(measured)
                 return
-        if isinstance(self.state, Done) and not self.reused and self.store is not None and event.__class__ is Measured:
+        if (isinstance(self.state, Done) and not self.reused and self.store is not None and self.saves_profile
+                and event.__class__ is Measured):
             self.store.save(
                 PowerProfile(
                     gpu_model=self.gpu_model,
@@ -134,10 +200,17 @@ class PowerLimitCallback:
 
 
 def hf_callback(cb: PowerLimitCallback) -> Any:
-    """A ``transformers.TrainerCallback`` that forwards to ``cb`` (needs the ``hf`` extra)."""
+    """A ``transformers.TrainerCallback`` that drives ``cb`` (needs the ``hf`` extra).
+
+    Combines ranks through ``torch.distributed`` when the Trainer (accelerate) initialised it, and
+    restores the limit when training ends.
+    """
     from transformers import TrainerCallback  # lazy: optional dependency
 
     class _HF(TrainerCallback):  # type: ignore[misc,valid-type]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            cb.use_torch_distributed()
+
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             cb.on_step_begin()
 
@@ -147,17 +220,27 @@ def hf_callback(cb: PowerLimitCallback) -> Any:
         def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             cb.on_epoch_end()
 
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            cb.on_train_end()
+
     return _HF()
 
 
 def lightning_callback(cb: PowerLimitCallback) -> Any:
-    """A Lightning ``Callback`` that forwards to ``cb`` (``lightning`` or ``pytorch_lightning``)."""
+    """A Lightning ``Callback`` that drives ``cb`` (``lightning`` or ``pytorch_lightning``).
+
+    Combines ranks through ``torch.distributed`` when the strategy initialised it, and restores the
+    limit when training ends or fails.
+    """
     try:
         from lightning.pytorch import Callback  # lazy: optional dependency
     except ImportError:
         from pytorch_lightning import Callback  # type: ignore[no-redef]
 
     class _PL(Callback):  # type: ignore[misc,valid-type]
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            cb.use_torch_distributed()
+
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, *a: Any) -> None:
             cb.on_step_begin()
 
@@ -167,6 +250,10 @@ def lightning_callback(cb: PowerLimitCallback) -> Any:
         def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
             cb.on_epoch_end()
 
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            cb.on_train_end()
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            cb.on_train_end()
+
     return _PL()
-
-

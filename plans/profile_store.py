@@ -34,7 +34,11 @@ def workload_fingerprint(**fields: Any) -> str:
 
 @dataclass(frozen=True)
 class PowerProfile:
-    """Time and energy per step at each power limit, for one GPU model and workload."""
+    """Time and energy per step at each power limit, for one GPU model and workload.
+
+    With ``world_size`` > 1 the energy is the sum over that many ranks (one GPU each) and the time
+    the slowest rank's (:func:`plans.power_limit.combine_ranks`); :meth:`per_gpu` divides it out.
+    """
 
     gpu_model: str
     fingerprint: str
@@ -45,6 +49,13 @@ class PowerProfile:
     def __post_init__(self) -> None:
         if not self.measurements:
             raise BadProfile("a profile needs at least one measurement")
+        if self.world_size < 1:
+            raise BadProfile(f"world_size must be >= 1, got {self.world_size}")
+
+    def per_gpu(self) -> tuple[LimitMeasurement, ...]:
+        """The measurements with energy per GPU (time per step is unchanged)."""
+        w = self.world_size
+        return tuple(LimitMeasurement(m.power_limit_w, m.time_per_step_s, m.energy_per_step_j / w) for m in self.measurements)
 
     def to_json(self) -> dict[str, Any]:
         return {

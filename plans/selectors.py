@@ -7,6 +7,12 @@ Every selector answers ``select(measurements) -> power_limit_w`` over
 - :class:`Time`          argmin time per step.
 - :class:`ZeusCost`      argmin ``eta * E + (1 - eta) * P_max * T`` (Zeus NSDI'23); ``P_max`` defaults
                          to the highest profiled limit times ``world_size``.
+
+Multi-GPU: a profile's energy is the sum over its ``world_size`` ranks (time is the slowest rank's;
+:func:`plans.power_limit.combine_ranks`), and a power limit is per GPU. So ``world_size`` must be
+the number of GPUs *in the measurements* (``PowerProfile.world_size``), never the number of GPUs
+the node happens to show: then the cost is per-GPU energy against per-GPU maximum power, times a
+constant, and the same per-rank profile selects the same limit on a 1-GPU view and an 8-GPU node.
 - :class:`MaxSlowdown`   the lowest limit whose time is within ``factor`` of the time at the highest limit.
 - :class:`CarbonAware`   the Chase cost ``eta * CI * E + (1 - eta) * P_max * CI_max * T`` for the
                          intensity forecast over the next control interval, with hysteresis and a
@@ -190,9 +196,13 @@ class CarbonAware(Selector):
         hysteresis: float = 0.05,
         min_dwell_s: float = 1800.0,
         max_slowdown: float | None = None,
+        world_size: int = 1,
     ) -> None:
         if not 0.0 <= eta <= 1.0:
             raise ValueError(f"eta must be in [0, 1], got {eta}")
+        if world_size < 1:
+            raise ValueError("world_size must be >= 1")
+        self.world_size = world_size
         if max_slowdown is not None and max_slowdown < 1.0:
             raise ValueError("max_slowdown is a factor >= 1 (1.1 = at most 10% slower than the highest limit)")
         self.max_slowdown = max_slowdown
@@ -212,7 +222,7 @@ class CarbonAware(Selector):
         return ms
 
     def _costs(self, ms: list[LimitMeasurement], ci: float) -> dict[float, float]:
-        pmax = self.max_power_w if self.max_power_w is not None else ms[0].power_limit_w
+        pmax = self.max_power_w if self.max_power_w is not None else ms[0].power_limit_w * self.world_size
         return {
             m.power_limit_w: chase_cost(m, ci_g_per_kwh=ci, eta=self.eta, max_power_w=pmax, max_ci_g_per_kwh=self.max_ci)
             for m in ms
@@ -264,7 +274,10 @@ def make_selector(
     max_ci_g_per_kwh: float | None = None,
     world_size: int = 1,
 ) -> Selector:
-    """Build a selector from a policy's ``power_limit_select`` name."""
+    """Build a selector from a policy's ``power_limit_select`` name.
+
+    ``world_size``: the GPUs whose energy the profile's measurements sum (``PowerProfile.world_size``).
+    """
     if name == "energy":
         return Energy()
     if name == "time":
@@ -274,5 +287,5 @@ def make_selector(
     if name == "max_slowdown":
         return MaxSlowdown(1.0 + (max_slowdown if max_slowdown is not None else 0.1))
     if name == "carbon":
-        return CarbonAware(eta, max_ci_g_per_kwh=max_ci_g_per_kwh or 1000.0)
+        return CarbonAware(eta, max_ci_g_per_kwh=max_ci_g_per_kwh or 1000.0, world_size=world_size)
     raise ValueError(f"unknown selector {name!r} (energy, time, zeus_cost, max_slowdown, carbon)")

@@ -83,21 +83,23 @@ def choose_power_limit(
                    f"scheduler.auto_power.auto_power_limit_profiler(mode, caps), store=ProfileStore(${PROFILE_DIR_ENV}), "
                    f"gpu_model=${GPU_MODEL_ENV}, fingerprint=${FINGERPRINT_ENV}) in the training loop")
         return PowerChoice(default, f"power limit auto ({sel}): {why}, device default", warning)
+    # the profile's energy sums its own world_size ranks; the node's GPU count does not enter (issue 11)
+    world_size = profile.world_size if profile is not None else 1
     if sel == "carbon":
         ci = intensity_g_per_kwh if intensity_g_per_kwh is not None else (max_ci_g_per_kwh or 1000.0)
         max_ci = max(max_ci_g_per_kwh or 1000.0, ci)
-        selector = CarbonAware(mode.eta, max_ci_g_per_kwh=max_ci,
+        selector = CarbonAware(mode.eta, max_ci_g_per_kwh=max_ci, world_size=world_size,
                                max_slowdown=1.0 + mode.max_slowdown if mode.max_slowdown is not None else None)
         limit_w = selector.select_for(measurements, ci)
         basis = f"carbon selector at {ci:.0f} g/kWh (eta {mode.eta:g})"
     else:
-        selector = make_selector(sel, eta=mode.eta, max_slowdown=mode.max_slowdown,
-                                 world_size=max(len(caps.devices), 1))
+        selector = make_selector(sel, eta=mode.eta, max_slowdown=mode.max_slowdown, world_size=world_size)
         limit_w = selector.select(measurements)
         basis = f"{sel} selector"
     kind = "measured" if profile is not None and profile.measured else "modelled"
+    ranks = f" ({world_size} GPUs, per-GPU maximum power)" if world_size > 1 else ""
     return PowerChoice(limit_w, f"power limit auto: {limit_w:g} W by the {basis} over a stored {kind} profile "
-                                f"of {len(measurements)} limits")
+                                f"of {len(measurements)} limits{ranks}")
 
 
 def auto_power_limit_profiler(
@@ -108,8 +110,13 @@ def auto_power_limit_profiler(
     max_ci_g_per_kwh: float | None = None,
     warmup_steps: int = 10,
     profile_steps: int = 40,
+    world_size: int = 1,
 ) -> PowerLimitProfiler | None:
-    """The profiler for ``mode``, or None when the mode fixes its limit (or the device has no range)."""
+    """The profiler for ``mode``, or None when the mode fixes its limit (or the device has no range).
+
+    ``world_size``: the ranks whose windows the callback combines (energy summed), i.e. the
+    ``torch.distributed`` world size when the callback all-reduces, else 1. Not the node's GPU count.
+    """
     if mode.power_limit_select is None or caps.power_limit_range_w is None:
         return None
     if step_w <= 0:
@@ -125,6 +132,6 @@ def auto_power_limit_profiler(
         eta=mode.eta,
         max_slowdown=mode.max_slowdown,
         max_ci_g_per_kwh=max_ci_g_per_kwh,
-        world_size=max(len(caps.devices), 1),
+        world_size=world_size,
     )
     return PowerLimitProfiler(limits, selector, warmup_steps=warmup_steps, profile_steps=profile_steps)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -15,42 +15,75 @@ bench_app = typer.Typer(help="Trace-driven benchmarks that print ratios against 
 app.add_typer(bench_app, name="bench")
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``"0-4"`` -> [0, 1, 2, 3, 4]; ``"3"`` -> [3]; ``"1,5"`` -> [1, 5]."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, dash, hi = part.strip().partition("-")
+            seeds.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+    except ValueError:
+        raise fail(f"--seeds {text!r}: expected N, N-M or a comma list", EXIT_INPUT) from None
+    if not seeds:
+        raise fail(f"--seeds {text!r}: no seeds", EXIT_INPUT)
+    return seeds
+
+
 @bench_app.command("zeus-trace")
 def zeus_trace(
-    train: Annotated[Path, typer.Option("--train", help="summary_train.csv of the Zeus NSDI'23 traces.")],
-    power: Annotated[Path, typer.Option("--power", help="summary_power_<gpu>.csv (the GPU is taken from the name).")],
-    workload: Annotated[str, typer.Option("--workload", help="Dataset: cifar100, imagenet, squad, librispeech, movielens-1m, sentiment140.")],
+    traces: Annotated[Optional[Path], typer.Option("--traces", help="Folder with summary_train.csv and summary_power_<gpu>.csv (e.g. ../shared/data/zeus/trace).")] = None,
+    train: Annotated[Optional[Path], typer.Option("--train", help="summary_train.csv (instead of --traces).")] = None,
+    power: Annotated[Optional[list[Path]], typer.Option("--power", help="summary_power_<gpu>.csv, repeatable (the GPU is taken from the name).")] = None,
+    workload: Annotated[Optional[list[str]], typer.Option("--workload", help="Dataset, repeatable (default: every workload in the train trace).")] = None,
+    reference: Annotated[Optional[Path], typer.Option("--reference", help="zeus_reference.json (default: beside --traces, if there).")] = None,
     recurrences: Annotated[int, typer.Option("--recurrences", min=1, help="Recurrences of the job.")] = 50,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the simulation and Thompson streams.")] = 0,
+    seeds: Annotated[str, typer.Option("--seeds", help="Seeds: N, N-M or a comma list.")] = "0-4",
     eta: Annotated[float, typer.Option("--eta", min=0.0, max=1.0, help="Weight of energy in the cost.")] = 0.5,
-    beta: Annotated[float, typer.Option("--beta", min=0.0, help="Early stopping at beta x the cheapest recurrence.")] = 2.0,
+    beta: Annotated[float, typer.Option("--beta", help="Early stopping at beta x the cheapest recurrence (> 1).")] = 2.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Cumulative cost of gridshift's policy and of a Zeus replica on one workload x GPU, with baselines."""
-    _run(train=train, power=power, workload=workload, recurrences=recurrences, seed=seed, eta=eta, beta=beta, as_json=as_json)
-
-
-def _run(*, train: Path, power: Path, workload: str, recurrences: int, seed: int, eta: float, beta: float, as_json: bool) -> None:
+    """Mean cumulative cost of never exploring, Zeus, gridshift and the oracle, on every workload x GPU."""
     from plans.errors import BadTraceFile, SimulationAborted
-    from plans.zeus_trace import bench_zeus_trace
+    from plans.zeus_trace import bench_pairs, load_reference, summarise, trace_workloads
 
-    if beta <= 0:
-        raise fail("--beta must be positive", EXIT_INPUT)
+    if beta <= 1:
+        raise fail("--beta must be > 1", EXIT_INPUT)
+    seed_list = parse_seeds(seeds)
+    if traces is not None:
+        train = train or traces / "summary_train.csv"
+        power = power or sorted(traces.glob("summary_power_*.csv"))
+        if reference is None and (traces.parent / "zeus_reference.json").is_file():
+            reference = traces.parent / "zeus_reference.json"
+    if train is None or not power:
+        raise fail("give --traces DIR, or --train and --power", EXIT_INPUT)
     try:
-        out = bench_zeus_trace(train=train, power=power, workload=workload, recurrences=recurrences, seed=seed, eta=eta, beta=beta)
+        workloads = workload or trace_workloads(train)
+        ref = load_reference(reference, eta=eta, beta=beta, recurrences=recurrences, seeds=seed_list) if reference else {}
+        pairs = bench_pairs(train=train, powers=power, workloads=workloads, recurrences=recurrences,
+                            seeds=seed_list, eta=eta, beta=beta, reference=ref)
     except BadTraceFile as exc:
         raise fail(exc, EXIT_INPUT) from None
     except SimulationAborted as exc:
         raise fail(f"simulation aborted: {exc}", EXIT_FAILED) from None
+    summary = summarise(pairs)
     if as_json:
-        typer.echo(json.dumps(out))
+        typer.echo(json.dumps({"recurrences": recurrences, "seeds": seed_list, "eta": eta, "beta": beta,
+                               "reference": str(reference) if ref else None,
+                               "pairs": [p.to_json() for p in pairs], "summary": summary}))
         return
-    per_oracle = recurrences * out["oracle_cost_per_run"]
-    typer.echo(f"{out['workload']} on {out['gpu']}: {recurrences} recurrences, seed {seed} (modelled from traces)")
-    for name in ("gridshift", "zeus_replica"):
-        r = out[name]
-        typer.echo(
-            f"  {name:13s} cost {r['cumulative_cost']:.4g}  x{r['cumulative_cost'] / per_oracle:.3f} of oracle  "
-            f"energy {r['cumulative_energy_j']:.4g} J  time {r['cumulative_time_s']:.4g} s  final b={r['final'][0]} p={r['final'][1]} W"
-        )
-    typer.echo(f"  default       x{out['default_cost_per_run'] / out['oracle_cost_per_run']:.3f} of oracle per run")
+    zeus_col = "zeus ref" if ref else "zeus repl"
+    typer.echo(f"Zeus trace replay: {recurrences} recurrences, seeds {seeds}, eta {eta:g}, beta {beta:g} "
+               f"(modelled from traces; costs are mean cumulative cost / oracle's)")
+    typer.echo(f"{'workload':13s} {'gpu':8s} {'default':>8s} {zeus_col:>9s} {'gridshift':>9s} {'oracle':>7s}  "
+               f"{'gs/zeus':>7s}  oracle (b, W)  gridshift finals")
+    for p in pairs:
+        o = p.oracle_cost
+        finals = ",".join(sorted({f"{r.final[0]}@{r.final[1]}" for r in p.gridshift}))
+        typer.echo(f"{p.workload:13s} {p.gpu:8s} {p.default_cost / o:8.4f} {p.zeus / o:9.4f} {p.gridshift_mean / o:9.4f} "
+                   f"{1.0:7.4f}  {p.gridshift_mean / p.zeus:7.4f}  {p.oracle_config[0]:>5d}@{p.oracle_config[1]:<4d}    {finals}")
+    if summary:
+        against = "Zeus's own simulator (reference file)" if summary["pairs_with_reference"] == len(pairs) else (
+            "the Zeus replica" if not ref else "Zeus's reference where given, else the replica")
+        typer.echo(f"{summary['pairs']} pairs vs {against}: geometric mean gridshift/zeus {summary['geomean_gridshift_over_zeus']:.4f}, "
+                   f"worst {summary['max_gridshift_over_zeus']:.4f}, {summary['pairs_above_zeus']} pair(s) above Zeus; "
+                   f"worst gridshift/oracle {summary['max_gridshift_over_oracle']:.4f}")

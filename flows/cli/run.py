@@ -7,25 +7,25 @@ import json
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
-from flows.cli import app
-from flows.cli._errors import EXIT_FAILED, EXIT_INPUT, exit_code_for_type, fail
+from flows.cli import FINISHED_CLEANLY, app
+from flows.cli._errors import EXIT_ENV, EXIT_FAILED, EXIT_INPUT, exit_code_for_type, fail
+from flows.cli._signals import StopSignals
+from flows.prefect_server import (STOP_GRACE_S, PrefectServerError, TemporaryServer, check_reachable, configured_api_url,
+                                  drain_prefect_workers)
+from flows.run_ids import new_run_id
 
 
 def _quiet_prefect_defaults() -> None:
     """Offline-friendly Prefect defaults; users' explicit settings win."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("DO_NOT_TRACK", "1")  # Prefect's client telemetry
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-
-
-def _terminate_as_exception(signum: int, _frame: Any) -> None:
-    # Turn SIGTERM into an exception so every `finally` (settings restore, report) runs.
-    raise SystemExit(128 + signum)
 
 
 #: exit code of a run stopped by SIGINT / SIGTERM (128 + signal number, as shells report it)
@@ -35,8 +35,8 @@ EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
 def _exit_code_of(report: dict[str, Any]) -> int:
     """The exit code for a recorded failed run, from the class of the error that failed it."""
     module, _, qualname = str(report.get("extra", {}).get("error_type", "")).partition(":")
-    if (module, qualname) == ("builtins", "SystemExit"):  # the signal handlers raise SystemExit(128 + signum)
-        return EXIT_TERMINATED
+    if (module, qualname) in (("builtins", "SystemExit"), ("prefect.exceptions", "TerminationSignal")):
+        return EXIT_TERMINATED  # the signal handlers raise SystemExit(128 + signum); Prefect's, TerminationSignal
     if (module, qualname) == ("builtins", "KeyboardInterrupt"):
         return EXIT_INTERRUPTED
     try:
@@ -48,7 +48,7 @@ def _exit_code_of(report: dict[str, Any]) -> int:
     return exit_code_for_type(cls) if isinstance(cls, type) and issubclass(cls, BaseException) else EXIT_FAILED
 
 
-def _human(report: dict[str, Any]) -> str:
+def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
     label = "measured" if report["measured"] else "SIMULATED - modelled, not measured"
     lines = [
         f"gridshift run {report['run_id']}: {report['status']}",
@@ -56,10 +56,14 @@ def _human(report: dict[str, Any]) -> str:
         f"  decision   {report['modes'][0]['mode'] + ' mode: ' if report['modes'] else ''}{report['decision_reason']}",
         f"  start      {report['started_at'][:19].replace('T', ' ')} UTC (deferred {report['deferred_s']:.0f} s)",
         f"  duration   {report['duration_s']:.1f} s",
-        f"  energy     {report['energy_j']:.1f} J ({label})",
-        f"  carbon     {report['carbon_g']:.4f} g CO2eq",
-        f"  intensity  {report['intensity_g_per_kwh']:.0f} gCO2/kWh ({report['intensity_kind']}, {report['intensity_source']})",
     ]
+    if report["modes"]:
+        lines += [f"  energy     {report['energy_j']:.1f} J ({label})",
+                  f"  carbon     {report['carbon_g']:.4f} g CO2eq"]
+    else:  # nothing ran, so nothing was metered: a "0.0 J (measured)" would claim a measurement
+        lines.append("  energy     none: the job did not start")
+    lines.append(f"  intensity  {report['intensity_g_per_kwh']:.0f} gCO2/kWh ({report['intensity_kind']}, "
+                 f"{report['intensity_source']})")
     if len(report["modes"]) > 1:
         lines.append("  modes      " + " -> ".join(f"{m['mode']}@{m['start'][11:19]}" for m in report["modes"]))
     extra = report.get("extra", {})
@@ -78,7 +82,58 @@ def _human(report: dict[str, Any]) -> str:
         lines.append(f"  warning    {w}")
     if report.get("error"):
         lines.append(f"  error      {report['error']}")
+    if log_path is not None:
+        lines.append(f"  log        {log_path}")
     return "\n".join(lines)
+
+
+#: how long the temporary Prefect server may take to start (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+#: overrides); a loaded 2-core machine with a new database has needed 90 s
+SERVER_START_TIMEOUT_S = 180.0
+
+
+@contextmanager
+def _prefect_api(log_path: Path | None, stop: StopSignals) -> Iterator[TemporaryServer | None]:
+    """The Prefect server named by PREFECT_API_URL (checked now), else a temporary one, started now
+    and stopped when the block ends (at once after a second signal)."""
+    url = configured_api_url()
+    if url:
+        try:
+            check_reachable(url)
+        except PrefectServerError as exc:
+            raise fail(exc, EXIT_ENV) from None
+        try:
+            yield None
+        finally:
+            if not stop.forced:
+                drain_prefect_workers()
+        return
+    server = TemporaryServer(log_path or Path(os.devnull))
+    server.start()
+    previous = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = server.api_url  # read by Prefect when it is imported, later
+    try:
+        yield server
+    finally:
+        if previous is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = previous
+        if not stop.forced:
+            drain_prefect_workers()
+        server.stop(grace_s=0.5 if stop.forced else STOP_GRACE_S)
+
+
+def _wait_for(server: TemporaryServer | None, log_path: Path | None) -> None:
+    if server is None:
+        return
+    timeout_s = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS") or SERVER_START_TIMEOUT_S)
+    note = ("gridshift: starting a temporary Prefect server (set PREFECT_API_URL to a running one to skip this"
+            + (f"; log: {log_path})" if log_path else ")"))
+    try:
+        server.wait_ready(timeout_s, on_wait=lambda: print(note, file=sys.stderr, flush=True))
+    except PrefectServerError as exc:
+        raise fail(exc, EXIT_ENV) from None
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
@@ -87,8 +142,30 @@ def run(
     command: Annotated[Optional[list[str]], typer.Argument(help="Training command after `--` (overrides the policy's job).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout; logs go to stderr.")] = False,
     backend: Annotated[Optional[str], typer.Option(help="Override the policy's backend (auto, nvidia, simulated, ...).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also show Prefect's own log lines (always in the run's log file).")] = False,
 ) -> None:
     """Run the job under POLICY through a Prefect flow and report energy, time and carbon."""
+    from flows.run_logging import logs_dir, run_logging
+
+    _quiet_prefect_defaults()
+    stop = StopSignals()
+    run_id = new_run_id()
+    try:
+        with stop.installed(), run_logging(logs_dir() / f"{run_id}.log", verbose=verbose) as log_path:
+            try:
+                # the server starts first: its start-up overlaps the checks and Prefect's import below
+                with _prefect_api(log_path, stop) as server:
+                    _run(policy, command, json_out, backend, run_id, stop, server, log_path)
+            except (KeyboardInterrupt, SystemExit):  # a signal before the flow started
+                if stop.exit_code is None:
+                    raise
+                raise fail("interrupted before the run started; nothing was changed", stop.exit_code) from None
+    finally:
+        FINISHED_CLEANLY.add("run")
+
+
+def _run(policy: Path, command: list[str] | None, json_out: bool, backend: str | None, run_id: str,
+         stop: StopSignals, server: TemporaryServer | None, log_path: Path | None) -> None:
     from scheduler.errors import PolicyError
     from scheduler.ledger import Ledger
     from scheduler.policy_io import load_policy
@@ -99,53 +176,60 @@ def run(
         load_clock_plans(load_policy(policy), policy)  # fail fast on bad input, before Prefect starts
     except PolicyError as exc:
         raise fail(exc, EXIT_INPUT) from None
-    _quiet_prefect_defaults()
-    from flows.training import carbon_aware_training, new_run_id, quiet_domain_tracebacks
+    from flows.training import carbon_aware_training, quiet_domain_tracebacks
 
+    _wait_for(server, log_path)
     quiet_domain_tracebacks()
 
-    previous = signal.signal(signal.SIGTERM, _terminate_as_exception)
-    run_id = new_run_id()
     real_stdout = sys.stdout
     state: Any = None
-    terminated = interrupted = False
     try:
         # Prefect and the job may print; keep stdout for the report alone.
         sys.stdout = sys.stderr
-        state = carbon_aware_training(policy_path=str(policy), run_id=run_id, command=command or None,
-                                      backend_name=backend, return_state=True)
-    except SystemExit as exc:  # SIGTERM: the flow restored settings and recorded the run on the way out
-        if exc.code != EXIT_TERMINATED:
+        with _api_settings(server):
+            state = carbon_aware_training(policy_path=str(policy), run_id=run_id, command=command or None,
+                                          backend_name=backend, return_state=True)
+    except (KeyboardInterrupt, SystemExit):
+        # a signal: the flow stopped the job, restored the settings and recorded the run on the way out
+        if stop.exit_code is None:
             raise
-        terminated = True
-    except KeyboardInterrupt:  # Ctrl-C: same as SIGTERM, but the shell's convention is 130
-        terminated = interrupted = True
     finally:
         sys.stdout = real_stdout
-        signal.signal(signal.SIGTERM, previous)
+    stop.settle()
     with Ledger() as ledger:
         # by key: a list of recent runs could miss this one while other runs finish concurrently
         report = ledger.get(run_id)
     if report is None:
-        if terminated:
-            print("gridshift: terminated before the run was recorded", file=sys.stderr)
-            raise typer.Exit(130 if interrupted else EXIT_TERMINATED)
+        if stop.exit_code is not None:
+            raise fail("stopped before the run was recorded", stop.exit_code)
         exc = state.result(raise_on_failure=False)
         raise fail(exc if isinstance(exc, BaseException) else f"run {run_id} failed before it could be recorded")
     if json_out:
         typer.echo(json.dumps(report, sort_keys=True))
     else:
-        typer.echo(_human(report))
+        typer.echo(_human(report, log_path))
     if report["status"] != "completed":
-        code = (130 if interrupted else EXIT_TERMINATED) if terminated else _exit_code_of(report)
-        if terminated:
+        if stop.exit_code is not None:
             restored = "settings may not be restored" not in (report["error"] or "")
-            typer.echo("gridshift: terminated; " + ("settings restored" if restored else
-                       "settings may not be restored: run `gridshift gpu restore`") + ", run recorded as failed",
+            typer.echo("gridshift: stopped by " + signal.Signals(stop.exit_code - 128).name + "; "
+                       + ("settings restored" if restored else
+                          "settings may not be restored: run `gridshift gpu restore`") + ", run recorded as failed",
                        err=True)
-        elif not json_out:
-            typer.echo(f"gridshift: error: {report['error'] or 'the run failed'}", err=True)
-        raise typer.Exit(code)
+            raise typer.Exit(stop.exit_code)
+        raise typer.Exit(_exit_code_of(report))
+
+
+@contextmanager
+def _api_settings(server: TemporaryServer | None) -> Iterator[None]:
+    """Point Prefect at the temporary server also when Prefect was configured before it started (a
+    program, or a test, that imported Prefect first reads settings from its context, not the environment)."""
+    if server is None:
+        yield
+        return
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        yield
 
 
 @app.command()

@@ -1,7 +1,7 @@
 """Trace-driven benchmark on the Zeus NSDI'23 traces: simulator, Zeus replica, gridshift's policy, baselines."""
 
 from plans.zeus_trace.baselines import default_cost, expected_cost, expected_epochs, oracle
-from plans.zeus_trace.bench import bench_zeus_trace, run_pair
+from plans.zeus_trace.bench import PairResult, bench_pairs, load_reference, run_pair, summarise, trace_workloads
 from plans.zeus_trace.gridshift_policy import GridshiftPolicy
 from plans.zeus_trace.simulator import JobInfo, RunEntry, RunObservation, SimResult, charge_run, simulate, zeus_cost
 from plans.zeus_trace.trace import JOBS, JobDef, TraceJob, load_trace_job
@@ -17,7 +17,11 @@ __all__ = [
     "SimResult",
     "TraceJob",
     "ZeusReplica",
-    "bench_zeus_trace",
+    "PairResult",
+    "bench_pairs",
+    "load_reference",
+    "summarise",
+    "trace_workloads",
     "charge_run",
     "default_cost",
     "expected_cost",

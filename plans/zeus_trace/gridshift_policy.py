@@ -1,12 +1,13 @@
 """gridshift's policy under the Zeus trace simulator: the same information as Zeus, spent better.
 
-- Batch size: :class:`plans.batch_size.BatchSizeOptimizer` (one guided walk, then Thompson sampling
-  with pooled multiplicative noise), fed with steady-state costs ``epochs * c_ep(b, p)`` that leave
-  out the one-off profiling surcharge.
+- Batch size: :class:`plans.batch_size.BatchSizeOptimizer` (each run tried only when its expected
+  saving over the recurrences left beats its cost, with noise and cost shape learned from the runs),
+  fed with steady-state costs ``epochs * c_ep(b, p)`` that leave out the one-off profiling surcharge.
 - Power limit: the same per-epoch cost as Zeus's JIT profiler, but found by a local search
   (:func:`plans.power_limit.local_limit_search`) that starts at the best limit of the nearest
   batch size already profiled and stops when the cost rises, so the profiling epoch is split over a
-  few limits near the optimum instead of all of them (very low limits are slow).
+  few limits near the optimum instead of all of them (very low limits are slow); it walks on
+  past a bump (``patience``), since measured per-epoch costs are not unimodal in the limit.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ __all__ = ["GridshiftPolicy"]
 class GridshiftPolicy:
     """Implements :class:`plans.zeus_trace.simulator.TracePolicy`."""
 
-    def __init__(self, info: JobInfo, *, rng: np.random.Generator, config: BatchSizeConfig | None = None) -> None:
+    def __init__(
+        self, info: JobInfo, *, rng: np.random.Generator, config: BatchSizeConfig | None = None, horizon: int = 50
+    ) -> None:
         self.info = info
         self.rng = rng
-        self.bso = BatchSizeOptimizer(config or BatchSizeConfig(info.batch_sizes, info.default_b))
+        self.bso = BatchSizeOptimizer(
+            config or BatchSizeConfig(info.batch_sizes, info.default_b, horizon=horizon, beta=info.beta)
+        )
         self.limits: dict[int, int] = {}
         self.per_epoch_cost: dict[int, float] = {}
 

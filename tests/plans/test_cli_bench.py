@@ -1,4 +1,4 @@
-"""``gridshift bench zeus-trace``: JSON keys, human output, exit codes."""
+"""``gridshift bench zeus-trace``: JSON keys, human output, exit codes (on the synthetic traces)."""
 
 from __future__ import annotations
 
@@ -15,22 +15,28 @@ ARGS = ["bench", "zeus-trace", "--train", str(DATA / "summary_train.csv"), "--po
 
 
 def test_json_keys():
-    res = CliRunner().invoke(app, ARGS + ["--workload", "squad", "--recurrences", "10", "--seed", "2", "--json"])
+    res = CliRunner().invoke(app, ARGS + ["--workload", "squad", "--recurrences", "10", "--seeds", "2", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) == {"workload", "gpu", "recurrences", "seed", "gridshift", "zeus_replica", "oracle_cost_per_run", "default_cost_per_run"}
-    assert (out["workload"], out["gpu"], out["recurrences"], out["seed"]) == ("squad", "v100", 10, 2)
+    assert set(out) == {"recurrences", "seeds", "eta", "beta", "reference", "pairs", "summary"}
+    (p,) = out["pairs"]
+    assert (p["workload"], p["gpu"], p["recurrences"], p["seeds"]) == ("squad", "v100", 10, [2])
     for k in ("gridshift", "zeus_replica"):
-        assert set(out[k]) == {"cumulative_cost", "cumulative_energy_j", "cumulative_time_s", "final"}
-        b, p = out[k]["final"]
-        assert isinstance(b, int) and isinstance(p, int)
-        assert out[k]["cumulative_cost"] >= 10 * out["oracle_cost_per_run"] * 0.999
+        (r,) = p[k]
+        assert set(r) == {"cumulative_cost", "cumulative_energy_j", "cumulative_time_s", "final", "seed"}
+        b, w = r["final"]
+        assert isinstance(b, int) and isinstance(w, int)
+        assert r["cumulative_cost"] >= p["oracle_cost"] * 0.999
+    assert out["summary"]["pairs"] == 1
 
 
-def test_human_output():
-    res = CliRunner().invoke(app, ARGS + ["--workload", "cifar100", "--recurrences", "5"])
-    assert res.exit_code == 0
-    assert "of oracle" in res.stdout and "zeus_replica" in res.stdout
+def test_human_output_has_every_pair_and_the_baselines():
+    res = CliRunner().invoke(app, ["bench", "zeus-trace", "--traces", str(DATA), "--recurrences", "5", "--seeds", "0"])
+    assert res.exit_code == 0, res.output
+    for col in ("default", "zeus repl", "gridshift", "oracle"):
+        assert col in res.stdout
+    assert res.stdout.count("\nsquad ") == 2  # every workload on both synthetic GPUs
+    assert "geometric mean gridshift/zeus" in res.stdout
 
 
 def test_bad_input_exits_2(monkeypatch, capsys):
@@ -38,3 +44,9 @@ def test_bad_input_exits_2(monkeypatch, capsys):
     assert run_guarded(app) == 2
     err = capsys.readouterr().err
     assert err.startswith("gridshift: error: unknown workload") and err.count("\n") == 1
+
+
+def test_bad_seeds_exit_2(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["gridshift", *ARGS, "--seeds", "a-b"])
+    assert run_guarded(app) == 2
+    assert "--seeds" in capsys.readouterr().err

@@ -1,0 +1,59 @@
+"""How ``gridshift run`` stops on SIGINT (Ctrl-C) and SIGTERM.
+
+The first signal raises in the main thread (``KeyboardInterrupt`` for SIGINT, ``SystemExit(143)``
+for SIGTERM), so the flow unwinds through its ``finally`` blocks: the job is stopped, the settings
+restored (the backend's own handler restores at once, then calls this one), the run recorded.
+A second signal raises again, which cuts short what is being waited for (the job's grace period
+before SIGKILL, the temporary server's shutdown); the settings are still restored first because
+the backend's handler stays installed until they are. Once the run is recorded, :meth:`settle`
+makes further signals only count, so the report is still printed.
+"""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any, Iterator
+
+__all__ = ["StopSignals"]
+
+_HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """Counts SIGINT/SIGTERM while :meth:`installed`; ``exit_code`` is 128 + the first one's number."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._settled = False
+
+    @property
+    def exit_code(self) -> int | None:
+        return 128 + self.received[0] if self.received else None
+
+    @property
+    def forced(self) -> bool:
+        """A second signal came: stop waiting for anything but restoring the settings."""
+        return len(self.received) > 1
+
+    def settle(self) -> None:
+        """From now on a signal is only counted: the run is recorded, what is left is printing it."""
+        self._settled = True
+
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.received.append(signum)
+        if self._settled:
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    @contextmanager
+    def installed(self) -> Iterator["StopSignals"]:
+        previous: dict[int, Any] = {sig: signal.signal(sig, self.handle) for sig in _HANDLED}
+        try:
+            yield self
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)

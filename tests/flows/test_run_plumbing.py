@@ -1,0 +1,97 @@
+"""The pieces of ``gridshift run``'s process: which Prefect API, what reaches the terminal, signals."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import logging
+import signal
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flows.cli._signals import StopSignals
+from flows.job import OUTPUT_THREAD_NAME
+from flows.prefect_server import PrefectServerError, check_reachable, configured_api_url
+from flows.run_logging import run_logging
+
+
+def test_the_api_url_comes_from_the_environment_then_the_active_profile(tmp_path: Path) -> None:
+    (tmp_path / "profiles.toml").write_text(
+        'active = "work"\n[profiles.work]\nPREFECT_API_URL = "http://work:4200/api"\n[profiles.other]\n')
+    home = {"PREFECT_HOME": str(tmp_path)}
+    assert configured_api_url({**home, "PREFECT_API_URL": "http://env:4200/api"}) == "http://env:4200/api"
+    assert configured_api_url(home) == "http://work:4200/api"
+    assert configured_api_url({**home, "PREFECT_PROFILE": "other"}) is None
+    assert configured_api_url({"PREFECT_HOME": str(tmp_path / "nowhere")}) is None
+
+
+def test_an_unreachable_configured_server_is_one_sentence() -> None:
+    client = httpx.Client(transport=httpx.MockTransport(lambda request: (_ for _ in ()).throw(
+        httpx.ConnectError("connection refused", request=request))))
+    with pytest.raises(PrefectServerError, match=r"^the Prefect API at http://x:1/api \(PREFECT_API_URL\) is unreachable"):
+        check_reachable("http://x:1/api", client=client)
+    ok = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, json=True)))
+    check_reachable("http://x:1/api", client=ok)
+
+
+def _log_from_prefect(logger: logging.Logger, message: str) -> None:
+    """A record made inside the prefect package, as the engine's "Finished in state ..." lines are."""
+    spec = importlib.util.find_spec("prefect")
+    assert spec is not None and spec.submodule_search_locations
+    where = str(Path(list(spec.submodule_search_locations)[0]) / "task_engine.py")
+    logger.handle(logger.makeRecord(logger.name, logging.INFO, where, 1, message, (), None))
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_terminal_shows_the_job_plainly_and_prefect_only_with_verbose(tmp_path: Path, verbose: bool) -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("prefect.task_runs.test")
+    logger.setLevel(logging.INFO)
+    log_path = tmp_path / "logs" / "run.log"
+    with run_logging(log_path, verbose=verbose, stream=stream) as path:
+        assert path == log_path
+        logger.info("decision: speed mode")
+        logger.warning("running measure-only")
+        job = threading.Thread(target=lambda: logger.info("epoch 1/2 loss=0.5"), name=OUTPUT_THREAD_NAME)
+        job.start()
+        job.join()
+        _log_from_prefect(logger, "Finished in state Completed()")
+    shown = stream.getvalue().splitlines()
+    assert shown[:3] == ["gridshift: decision: speed mode", "gridshift: warning: running measure-only",
+                         "epoch 1/2 loss=0.5"]
+    assert any("Finished in state" in line for line in shown) is verbose
+    kept = log_path.read_text()
+    assert "Finished in state Completed()" in kept and "epoch 1/2 loss=0.5" in kept
+    assert not any(type(h).__name__ == "_ConsoleHandler" for h in logging.getLogger().handlers)
+
+
+def test_an_unwritable_log_folder_costs_the_file_not_the_run(tmp_path: Path) -> None:
+    (tmp_path / "home").write_text("a file where the folder should be")
+    stream = io.StringIO()
+    with run_logging(tmp_path / "home" / "logs" / "run.log", stream=stream) as path:
+        logging.getLogger("prefect.flow_runs").warning("still shown")
+    assert path is None and stream.getvalue() == "gridshift: warning: still shown\n"
+
+
+def test_the_first_signal_raises_later_ones_mark_the_stop_forced() -> None:
+    stop = StopSignals()
+    with pytest.raises(KeyboardInterrupt):
+        stop.handle(signal.SIGINT, None)
+    assert stop.exit_code == 130 and not stop.forced
+    with pytest.raises(SystemExit) as info:
+        stop.handle(signal.SIGTERM, None)
+    assert info.value.code == 143 and stop.forced and stop.exit_code == 130
+    stop.settle()
+    stop.handle(signal.SIGINT, None)  # counted only: the report is being printed
+    assert len(stop.received) == 3
+
+
+def test_the_handlers_are_installed_for_the_block_only() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignals().installed() as stop:
+        assert signal.getsignal(signal.SIGTERM) == stop.handle
+        assert signal.getsignal(signal.SIGINT) == stop.handle
+    assert signal.getsignal(signal.SIGTERM) == before
