@@ -39,6 +39,7 @@ from scheduler.clock_plans import ModePlan, load_clock_plans
 from scheduler.decide import Decision, decide
 from scheduler.ledger import Ledger
 from scheduler.policy import Policy
+from scheduler.policy_checks import job_cwd
 from scheduler.policy_io import load_policy
 from scheduler.report import RunReport, deadline_miss
 
@@ -107,7 +108,7 @@ def wait_until(start_at: datetime, now: Callable[[], datetime] = _utcnow, sleep:
 def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision,
                    reading: Reading, command: list[str] | None, deadline: datetime | None, out: SupervisedRun,
                    clock_plans: dict[str, ModePlan] | None = None, power_profile: PowerProfile | None = None,
-                   fingerprint: str = "") -> SupervisedRun:
+                   fingerprint: str = "", policy_dir: Path | None = None) -> SupervisedRun:
     logger = get_run_logger()
     caps = backend.capabilities()
 
@@ -118,7 +119,8 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
         if command:
             return start_command(command, on_line=logger.info, env=job_env, cwd=policy.job.workdir)
         if policy.job.command:
-            return start_command(policy.job.command, on_line=logger.info, env=job_env, cwd=policy.job.workdir)
+            # the policy's own command runs where its relative paths point: job.workdir, else the policy's folder
+            return start_command(policy.job.command, on_line=logger.info, env=job_env, cwd=job_cwd(policy.job, policy_dir))
         assert policy.job.callable is not None
         return start_callable(policy.job.callable, env=job_env, on_line=logger.info)
 
@@ -257,7 +259,7 @@ def carbon_aware_training(
         uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
         try:
             run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
-                           clock_plans, power_profile, fingerprint)
+                           clock_plans, power_profile, fingerprint, Path(policy_path).absolute().parent)
         finally:
             uninstall_signal_restore()
     except BaseException as exc:  # the report is still written, then the flow fails

@@ -25,6 +25,7 @@ __all__ = [
     "JobSpec",
     "BackendConfig",
     "Policy",
+    "unknown_mode_message",
 ]
 
 SCHEMA_VERSION = 1
@@ -221,7 +222,15 @@ class Policy(Strict):
             if required not in self.modes:
                 raise ValueError(f"modes must define '{required}'")
         for which in ("clean_mode", "dirty_mode"):
-            name = getattr(self.rules, which)
-            if name not in self.modes:
-                raise ValueError(f"rules.{which} names unknown mode {name!r} (modes: {', '.join(self.modes)})")
+            if message := unknown_mode_message(which, getattr(self.rules, which), self.modes):
+                raise ValueError(message)
         return self
+
+
+def unknown_mode_message(which: str, name: str, modes: Any) -> str | None:
+    """``rules.<which>`` must name a mode of ``modes``; the message when it does not, else None."""
+    from scheduler.did_you_mean import did_you_mean
+
+    if name in modes:
+        return None
+    return f"rules.{which} names unknown mode {name!r}{did_you_mean(name, modes)} (modes: {', '.join(modes)})"

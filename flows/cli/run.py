@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from flows.cli import app
-from flows.cli._errors import EXIT_FAILED, EXIT_INPUT, exit_code_for_type, fail
+from flows.cli._errors import EXIT_FAILED, exit_code_for_type, fail
 
 
 def _quiet_prefect_defaults() -> None:
@@ -84,16 +84,14 @@ def run(
     backend: Annotated[Optional[str], typer.Option(help="Override the policy's backend (auto, nvidia, simulated, ...).")] = None,
 ) -> None:
     """Run the job under POLICY through a Prefect flow and report energy, time and carbon."""
+    from flows.preflight import PreflightError, preflight_run
     from scheduler.errors import PolicyError
     from scheduler.ledger import Ledger
-    from scheduler.policy_io import load_policy
-
-    from scheduler.clock_plans import load_clock_plans
 
     try:
-        load_clock_plans(load_policy(policy), policy)  # fail fast on bad input, before Prefect starts
-    except PolicyError as exc:
-        raise fail(exc, EXIT_INPUT) from None
+        preflight_run(policy, command=command, backend=backend)  # bad input, unusable machine: before Prefect starts
+    except (PolicyError, PreflightError) as exc:
+        raise fail(exc) from None
     _quiet_prefect_defaults()
     from flows.training import carbon_aware_training, new_run_id, quiet_domain_tracebacks
 

@@ -29,6 +29,7 @@ def _policy(tmp_path: Path, mode_lines: str) -> Path:
     text = text[:start] + f"modes:\n  speed:\n{mode_lines}  efficiency:\n{mode_lines}\n" + text[end:]
     p = tmp_path / "policy.yaml"
     p.write_text(text)
+    (tmp_path / "train_tiny.py").write_bytes((EXAMPLE.parent / "train_tiny.py").read_bytes())  # the job beside its policy
     return p
 
 
