@@ -71,9 +71,9 @@ class Mode(Strict):
     @field_validator("sm_clock_mhz", mode="before")
     @classmethod
     def _single_clock(cls, v: Any) -> Any:
-        if isinstance(v, int):
+        if isinstance(v, int) and not isinstance(v, bool):
             return (v, v)
-        return v
+        return tuple(v) if isinstance(v, list) else v  # the loader validates strictly: a list is not a tuple there
 
     @model_validator(mode="after")
     def _one_power_limit(self) -> "Mode":
@@ -179,7 +179,7 @@ class JobSpec(Strict):
             import shlex
 
             return tuple(shlex.split(v))
-        return v
+        return tuple(v) if isinstance(v, list) else v  # the loader validates strictly: a list is not a tuple there
 
     @field_validator("callable")
     @classmethod

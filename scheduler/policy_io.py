@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -212,7 +212,7 @@ def _valid_sections(data: dict[str, Any], base_dir: Path | None) -> dict[str, An
     out: dict[str, Any] = {}
     for key, model in (("carbon", CarbonConfig), ("job", JobSpec), ("backend", BackendConfig)):
         try:
-            out[key] = model.model_validate(data[key]) if key in data else None
+            out[key] = _validate(model, data[key]) if key in data else None
         except (ValidationError, TypeError):
             out[key] = None
     modes = data.get("modes")
@@ -225,7 +225,7 @@ def _valid_sections(data: dict[str, Any], base_dir: Path | None) -> dict[str, An
         good = {}
         for name, raw in modes.items():
             try:
-                good[str(name)] = Mode.model_validate(raw)
+                good[str(name)] = _validate(Mode, raw)
             except (ValidationError, TypeError):
                 pass
         out["modes"] = good
@@ -238,10 +238,24 @@ def _valid_sections(data: dict[str, Any], base_dir: Path | None) -> dict[str, An
     return out
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _validate(model: type[_M], data: Any) -> _M:
+    """Validate as JSON, strictly: a policy means what its JSON schema says (``"60"`` is not a
+    number, ``1`` is not ``true``), so an editor using ``policy schema`` and the loader agree.
+    YAML dates become strings, as a JSON-schema validator sees them."""
+    try:
+        text = json.dumps(data, default=str)
+    except (TypeError, ValueError):  # keys JSON cannot carry (a YAML list as a key): let pydantic say why
+        return model.model_validate(data, strict=True)
+    return model.model_validate_json(text, strict=True)
+
+
 def schema_errors(data: Any) -> list[dict[str, Any]]:
     """The schema's verdict alone (no file checks): pydantic's errors for ``data``, [] when valid."""
     try:
-        Policy.model_validate(data)
+        _validate(Policy, data)
     except ValidationError as exc:
         return exc.errors(include_url=False)  # type: ignore[return-value]
     return []
@@ -273,7 +287,8 @@ def parse_policy(text: str, *, where: str = "<policy>", base_dir: str | Path | N
     root, data = _compose(text, where)
     base = Path(base_dir).absolute() if base_dir is not None else None
     try:
-        policy = resolve_policy_paths(Policy.model_validate(data), base) if base is not None else Policy.model_validate(data)
+        policy = _validate(Policy, data)
+        policy = resolve_policy_paths(policy, base) if base is not None else policy
     except ValidationError as exc:
         issues = _schema_issues(exc, root, data, where)
         sections = _valid_sections(data, base)
@@ -337,8 +352,39 @@ def load_policy(path: str | Path) -> Policy:
 
 
 def policy_json_schema() -> str:
-    """The JSON schema of policy files, for editors (``# yaml-language-server: $schema=...``)."""
+    """The JSON schema of policy files, for editors (``# yaml-language-server: $schema=...``).
+
+    pydantic's schema, plus what the loader accepts or requires that pydantic cannot see in the
+    models' types: the string form of ``command`` and the single-integer ``sm_clock_mhz`` (both
+    converted by validators), ``kind`` being required to pick a rule, the two required modes, and
+    the keys that exclude each other. What no JSON schema can say (one number below another, a mode
+    named by a rule existing, files existing) is left to ``gridshift policy check``;
+    ``tests/scheduler/test_schema_agrees_with_loader.py`` lists those cases.
+    """
     schema = Policy.model_json_schema()
+    defs = schema["$defs"]
+    job = defs["JobSpec"]
+    job["properties"]["command"]["anyOf"] = [
+        {"type": "string", "pattern": "\\S", "description": "split like a shell would"},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        {"type": "null"},
+    ]
+    job["properties"]["callable"]["anyOf"][0]["pattern"] = "^[^:]+:[\\s\\S]+$"
+    job["not"] = _both_given("command", "callable")
+    mode = defs["Mode"]
+    mode["properties"]["sm_clock_mhz"]["anyOf"].insert(0, {"type": "integer"})
+    mode["not"] = {"anyOf": [_both_given("power_limit_w", "power_limit_fraction"),
+                             _both_given("power_limit_select", "power_limit_w"),
+                             _both_given("power_limit_select", "power_limit_fraction")]}
+    for rule in ("AbsoluteRule", "RelativeRule"):
+        defs[rule]["required"] = sorted({*defs[rule].get("required", []), "kind"})
+    schema["properties"]["modes"]["required"] = ["efficiency", "speed"]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gridshift policy"
     return json.dumps(schema, indent=2, sort_keys=True)
+
+
+def _both_given(a: str, b: str) -> dict[str, Any]:
+    """A JSON-schema clause matching an object that gives both ``a`` and ``b`` (as non-null values)."""
+    not_null = {"not": {"type": "null"}}
+    return {"required": [a, b], "properties": {a: not_null, b: not_null}}
