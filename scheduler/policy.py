@@ -48,7 +48,6 @@ class CarbonConfig(CarbonSource):
     """The primary source, then fallbacks tried in order when it fails."""
 
     fallbacks: tuple[CarbonSource, ...] = Field(default=(), description="tried in order when the primary fails")
-    poll_interval_s: float = Field(default=300.0, gt=0, description="how often the monitor polls")
     max_staleness_s: float = Field(default=3600.0, gt=0, description="older values are stale and trigger failover")
     forecast_horizon_s: float = Field(default=86400.0, gt=0, description="how far ahead to ask for a forecast")
 

@@ -32,6 +32,12 @@ __all__ = ["MAX_ISSUES", "PolicyIssue", "load_policy", "parse_policy", "policy_j
 #: at most this many errors are listed; the rest are counted
 MAX_ISSUES = 20
 
+#: keys that once existed: a clear word instead of a bare "unknown key"
+_RETIRED_KEYS = {
+    ("carbon", "poll_interval_s"): "no longer read (there is no background poller: "
+                                   "the signal is read when a decision is due); delete the line",
+}
+
 _DOTTED = re.compile(r"^(?:Value error, )?([a-z_]+(?:\.[a-z_0-9]+)+)\b")
 _QUOTED = re.compile(r"'([^']*)'")
 
@@ -160,6 +166,8 @@ def _models_at(loc: tuple[Any, ...], data: Any) -> list[type[BaseModel]]:
 def _schema_issue_text(err: dict[str, Any], loc: tuple[Any, ...], data: Any) -> tuple[tuple[Any, ...], str]:
     """The location and message for one pydantic error, with a suggestion where one is near."""
     kind, msg, ctx = err["type"], err["msg"].removeprefix("Value error, "), err.get("ctx") or {}
+    if kind == "extra_forbidden" and tuple(loc) in _RETIRED_KEYS:
+        return loc, _RETIRED_KEYS[tuple(loc)]
     if kind == "extra_forbidden":
         accepted = sorted({name for m in _models_at(loc[:-1], data) for name in m.model_fields})
         return loc, f"unknown key {loc[-1]!r}{did_you_mean(str(loc[-1]), accepted)}"

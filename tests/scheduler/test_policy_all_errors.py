@@ -169,3 +169,9 @@ def test_relative_paths_are_read_from_the_policy_folder(tmp_path: Path, monkeypa
     assert policy.job.workdir == conf / "work"
     os.chdir(conf)
     assert load_policy("policy.yaml") == policy
+
+
+def test_the_retired_poll_interval_key_says_why() -> None:
+    (line,) = _errors(GOOD.replace("  options: {column: hist}", "  options: {column: hist}\n  poll_interval_s: 300"))
+    assert "carbon.poll_interval_s: carbon.poll_interval_s is no longer read" not in line
+    assert "carbon.poll_interval_s: no longer read (there is no background poller" in line
