@@ -126,8 +126,9 @@ def _key_node(node: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # discriminated unions add the tag ("absolute") and function validators add "function-..." parts
-    return tuple(p for p in loc if not (isinstance(p, str) and (p in ("absolute", "relative") or "[" in p)))
+    # discriminated unions add the tag ("absolute") or the discriminator function ("_rule_kind()"), and
+    # function validators add "function-..." parts
+    return tuple(p for p in loc if not (isinstance(p, str) and (p in ("absolute", "relative", "plan") or "[" in p or p.endswith("()"))))
 
 
 def _format_input(value: Any) -> str:
@@ -176,7 +177,8 @@ def _schema_issue_text(err: dict[str, Any], loc: tuple[Any, ...], data: Any) -> 
     if kind == "union_tag_invalid":
         tags = _QUOTED.findall(str(ctx.get("expected_tags", "")))
         tag = str(ctx.get("tag", ""))
-        return (*loc, ctx.get("discriminator", "kind").strip("'")), (
+        key = str(ctx.get("discriminator", "kind")).strip("'")
+        return (*loc, "kind" if key.endswith("()") else key), (
             f"unknown {loc[-1] if loc else ''} kind {tag!r}{did_you_mean(tag, tags)} (kinds: {', '.join(tags)})".replace("  ", " "))
     detail = ""
     if kind == "literal_error":
