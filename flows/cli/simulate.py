@@ -14,19 +14,28 @@ from flows.cli._errors import EXIT_ENV, EXIT_INPUT, fail
 
 
 def _human(s: dict[str, Any], trace: str) -> str:
+    from flows.cli._units import energy_unit, figure, mass_unit
+
     label = "modelled" if s["modelled"] else "measured profile"
-    return "\n".join([
+    # one unit per column, fitted to the baseline: a short job is grams and kilojoules, a year tonnes
+    g_unit, g_scale = mass_unit(s["baseline_g"])
+    e_unit, e_scale = energy_unit(s["energy_baseline_j"])
+    rows = [("baseline", s["baseline_g"], "-", s["energy_baseline_j"]),
+            ("gridshift", s["gridshift_g"], f"{s['savings_pct']:.1f}%", s["energy_gridshift_j"]),
+            ("oracle", s["oracle_g"], f"{s['oracle_savings_pct']:.1f}%", s["energy_oracle_j"])]
+    lines = [
         f"gridshift simulate: {s['jobs']} jobs over {trace} ({s['trace_start'][:10]} .. {s['trace_end'][:10]}), "
         f"{s['forecast']} forecast",
-        f"  {'strategy':<10} {'kgCO2':>10} {'saving':>8} {'energy MJ':>10}",
-        f"  {'baseline':<10} {s['baseline_g'] / 1000:>10.2f} {'-':>8} {s['energy_baseline_j'] / 1e6:>10.1f}",
-        f"  {'gridshift':<10} {s['gridshift_g'] / 1000:>10.2f} {s['savings_pct']:>7.1f}% {s['energy_gridshift_j'] / 1e6:>10.1f}",
-        f"  {'oracle':<10} {s['oracle_g'] / 1000:>10.2f} {s['oracle_savings_pct']:>7.1f}% {s['energy_oracle_j'] / 1e6:>10.1f}",
+        f"  {'strategy':<10} {'CO2 ' + g_unit:>10} {'saving':>8} {'energy ' + e_unit:>10}",
+        *(f"  {name:<10} {figure(g, g_scale):>10} {saving:>8} {figure(e, e_scale):>10}" for name, g, saving, e in rows),
         f"  deadline misses {s['deadline_misses']}; mean start shift {s['mean_delay_s'] / 3600:+.2f} h; "
         f"mean run {s['mean_duration_gridshift_s'] / 3600:.2f} h (baseline {s['mean_duration_baseline_s'] / 3600:.2f} h)",
         "  modes: " + ", ".join(f"{m} {v:.0%}" for m, v in s["mode_share"].items()),
         f"  energy and carbon are {label} ({s['energy_source']}); intensity is the real trace",
-    ])
+    ]
+    if s.get("plot"):
+        lines.append(f"  plot written to {s['plot']}")
+    return "\n".join(lines)
 
 
 @app.command()
@@ -95,8 +104,9 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         from simulation.sim_plot import PlotUnavailable, plot_simulation
 
         try:
-            plot_simulation(result, plot, title=f"{pol.job.name} on {trace.name}: {label}")
+            written = plot_simulation(result, plot, title=f"{pol.job.name} on {trace.name}: {label}",
+                                      earliest_offset_s=pol.job.earliest_start_s)
         except PlotUnavailable as exc:
             raise fail(str(exc), EXIT_ENV) from None
-        summary["plot"] = str(plot)
+        summary["plot"] = str(written.resolve())
     typer.echo(json.dumps(summary, sort_keys=True) if json_out else _human(summary, trace.name))
