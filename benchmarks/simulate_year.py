@@ -59,4 +59,8 @@ def main(trace_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else str(REPO.parent / "shared" / "data" / "carbon" / "lets-wait-awhile" / "ger_ci.csv"))
+    trace_arg = sys.argv[1] if len(sys.argv) > 1 else str(REPO.parent / "shared" / "data" / "carbon" / "lets-wait-awhile" / "ger_ci.csv")
+    if not Path(trace_arg).is_file():  # one line, not a traceback: the year traces do not ship with the package
+        sys.exit(f"simulate_year: no trace at {trace_arg}: pass a trace CSV (a year of the Let's Wait Awhile "
+                 "traces lies in shared/data/carbon/lets-wait-awhile beside a checkout)")
+    main(trace_arg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from carbon.monitor import CarbonMonitor, SourceSpec
@@ -11,7 +12,7 @@ from carbon.providers.base import Provider
 from scheduler.ledger import gridshift_home
 from scheduler.policy import CarbonSource, Policy
 
-__all__ = ["monitor_for", "provider_for"]
+__all__ = ["carbon_cache_dir", "monitor_for", "provider_for"]
 
 
 def provider_for(source: CarbonSource) -> Provider:
@@ -32,9 +33,14 @@ def _identity(source: CarbonSource) -> dict[str, Any]:
     return {"provider": source.provider, "zone": source.zone, "base_url": source.base_url, **source.options}
 
 
+def carbon_cache_dir() -> Path:
+    """Where the carbon monitor keeps fetched intensities: ``$GRIDSHIFT_HOME/carbon-cache``."""
+    return gridshift_home() / "carbon-cache"
+
+
 def monitor_for(policy: Policy) -> CarbonMonitor:
     chain = [policy.carbon, *policy.carbon.fallbacks]
     specs = [SourceSpec(label=_label(s), build=(lambda s=s: provider_for(s)), options=_identity(s)) for s in chain]
     return CarbonMonitor(specs, forecast_horizon=timedelta(seconds=policy.carbon.forecast_horizon_s),
                          max_staleness=timedelta(seconds=policy.carbon.max_staleness_s),
-                         cache_dir=gridshift_home() / "carbon-cache")
+                         cache_dir=carbon_cache_dir())

@@ -46,6 +46,7 @@ from scheduler.ledger import Ledger
 from scheduler.planner import ModeFigures
 from scheduler.planning import plans_with_planner, policy_figures
 from scheduler.policy import Policy
+from scheduler.policy_checks import job_cwd
 from scheduler.policy_io import load_policy
 from scheduler.report import RunReport, deadline_miss
 
@@ -111,7 +112,8 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
                    reading: Reading, command: list[str] | None, deadline: datetime | None, out: SupervisedRun,
                    clock_plans: dict[str, ModePlan] | None = None, power_profile: PowerProfile | None = None,
                    fingerprint: str = "", figures: list[ModeFigures] | None = None, run_id: str = "",
-                   defer_pauses_over_s: float | None = None, ledger_path: str | None = None) -> SupervisedRun:
+                   defer_pauses_over_s: float | None = None, ledger_path: str | None = None,
+                   policy_dir: Path | None = None) -> SupervisedRun:
     logger = get_run_logger()
     caps = backend.capabilities()
 
@@ -137,7 +139,9 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
             if trial is not None and trial.beta is not None:
                 out.warnings.append("batch-size early stop needs a command job: a callable cannot be stopped")
             return start_callable(policy.job.callable, env=job_env, on_line=logger.info)
-        handle = start_command(argv, on_line=logger.info, env=job_env, cwd=policy.job.workdir, **grace)
+        # the policy's own command runs where its relative paths point: job.workdir, else the policy's folder
+        cwd = policy.job.workdir if command else job_cwd(policy.job, policy_dir)
+        handle = start_command(argv, on_line=logger.info, env=job_env, cwd=cwd, **grace)
         if trial is None:
             return handle
         watched.append(trial.watch(handle, backend.energy_mj))
@@ -308,7 +312,8 @@ def carbon_aware_training(
         # second signal while the job is stopped or the report is written cannot leave them changed
         uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
         run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
-                       clock_plans, power_profile, fingerprint, figures, run_id, defer_over_s, ledger_path)
+                       clock_plans, power_profile, fingerprint, figures, run_id, defer_over_s, ledger_path,
+                       Path(policy_path).absolute().parent)
     except BaseException as exc:  # the report is still written, then the flow fails
         errors.append(exc)
     ended = _utcnow()

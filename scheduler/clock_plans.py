@@ -19,7 +19,7 @@ from plans.dvfs.plan_file import ClockPlan, load_mode_plan
 from scheduler.errors import PolicyError
 from scheduler.policy import Policy
 
-__all__ = ["CLOCK_PLAN_ENV", "ModePlan", "load_clock_plans"]
+__all__ = ["CLOCK_PLAN_ENV", "ModePlan", "load_clock_plans", "load_mode_clock_plan"]
 
 #: the environment variable through which the training process learns its mode's plan file
 CLOCK_PLAN_ENV = "GRIDSHIFT_CLOCK_PLAN"
@@ -65,18 +65,23 @@ def load_clock_plans(policy: Policy, policy_path: str | Path | None,
     for name, mode in policy.modes.items():
         if mode.clock_plan is None:
             continue
-        gpu_model = caps.devices[0].name if caps is not None and caps.measured and caps.devices else None
-        clocks = caps.sm_clocks_mhz if caps is not None else None
         path = Path(mode.clock_plan)
         if not path.is_absolute() and policy_path is not None:
             path = Path(policy_path).resolve().parent / path
-        try:
-            plan = load_mode_plan(path, gpu_model=gpu_model, sm_clocks_mhz=clocks or None)
-            plan.phase_clocks()  # the executor acts at phase starts: refuse a plan it cannot run
-        except PlanFileError as exc:
-            msg = str(exc)
-            if not msg.startswith(str(path)):
-                msg = f"{path}: {msg}"
-            raise PolicyError(f"{msg} (clock_plan of mode {name!r})", path=str(path)) from None
-        out[name] = ModePlan(mode=name, path=path, plan=plan)
+        out[name] = load_mode_clock_plan(name, path, caps)
     return out
+
+
+def load_mode_clock_plan(mode: str, path: Path, caps: Capabilities | None = None) -> ModePlan:
+    """Load and check one mode's plan file (see :func:`load_clock_plans`)."""
+    gpu_model = caps.devices[0].name if caps is not None and caps.measured and caps.devices else None
+    clocks = caps.sm_clocks_mhz if caps is not None else None
+    try:
+        plan = load_mode_plan(path, gpu_model=gpu_model, sm_clocks_mhz=clocks or None)
+        plan.phase_clocks()  # the executor acts at phase starts: refuse a plan it cannot run
+    except PlanFileError as exc:
+        msg = str(exc)
+        if not msg.startswith(str(path)):
+            msg = f"{path}: {msg}"
+        raise PolicyError(f"{msg} (clock_plan of mode {mode!r})", path=str(path)) from None
+    return ModePlan(mode=mode, path=path, plan=plan)

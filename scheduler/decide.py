@@ -75,8 +75,19 @@ def _measure(policy: Policy, series: IntensitySeries, point: IntensityPoint, now
     assert isinstance(rule, RelativeRule)
     horizon = series.window(now, now + timedelta(seconds=rule.horizon_s)).values()
     rank = percentile_rank(point.g_per_kwh, horizon)
+    # relative terms only: 610 g/kWh may be a clean hour on a coal-heavy grid and a dirty one elsewhere
     return (rank, rule.clean_below_percentile, rule.dirty_above_percentile,
-            f"{point.g_per_kwh:.0f} g/kWh, percentile {rank:.0f} of the next {rule.horizon_s / 3600:g} h ({len(horizon)} points)")
+            f"{point.g_per_kwh:.0f} g/kWh is cleaner than {100 - rank:.0f} % of the next {rule.horizon_s / 3600:g} h "
+            f"({len(horizon)} points)")
+
+
+def _band_words(rule: AbsoluteRule | RelativeRule, lo: float, hi: float) -> tuple[str, str, str]:
+    """How the clean band, the dirty band and the band between are named for this rule."""
+    if isinstance(rule, AbsoluteRule):
+        return (f"at or below the clean threshold {lo:g} g/kWh", f"at or above the dirty threshold {hi:g} g/kWh",
+                f"between the thresholds {lo:g} and {hi:g} g/kWh")
+    return (f"among its cleanest {lo:g} %", f"among its dirtiest {100 - hi:g} %",
+            f"neither among its cleanest {lo:g} % nor its dirtiest {100 - hi:g} %")
 
 
 def decide(
@@ -130,15 +141,16 @@ def decide(
         "now": now.isoformat(), "g_per_kwh": point.g_per_kwh, "kind": point.kind, "source": point.source,
         "score": score, "clean_below": lo, "dirty_above": hi, "unit": unit, "band": zone,
     }
+    clean_words, dirty_words, between_words = _band_words(rule, lo, hi)
     if zone == "clean":
-        mode, why = clean, f"the grid is clean: {described} is at or below {lo:g} {unit}"
+        mode, why = clean, f"{described}, {clean_words}"
     elif zone == "dirty":
-        mode, why = dirty, f"the grid is dirty: {described} is at or above {hi:g} {unit}"
+        mode, why = dirty, f"{described}, {dirty_words}"
     elif state.mode is not None:
-        mode, why = state.mode, f"{described} is inside the hysteresis band {lo:g}-{hi:g} {unit}, so {state.mode} mode is kept"
+        mode, why = state.mode, f"{described}, {between_words} (hysteresis), so {state.mode} mode is kept"
     else:
         mode = clean if score - lo <= hi - score else dirty
-        why = f"{described} is inside the band {lo:g}-{hi:g} {unit} and nearer the {'clean' if mode == clean else 'dirty'} end"
+        why = f"{described}, {between_words}, and nearer the {'clean' if mode == clean else 'dirty'} end"
 
     if state.mode is not None and mode != state.mode and state.since is not None:
         held = (now - state.since).total_seconds()

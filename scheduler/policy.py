@@ -26,6 +26,7 @@ __all__ = [
     "JobSpec",
     "BackendConfig",
     "Policy",
+    "unknown_mode_message",
 ]
 
 SCHEMA_VERSION = 1
@@ -48,7 +49,6 @@ class CarbonConfig(CarbonSource):
     """The primary source, then fallbacks tried in order when it fails."""
 
     fallbacks: tuple[CarbonSource, ...] = Field(default=(), description="tried in order when the primary fails")
-    poll_interval_s: float = Field(default=300.0, gt=0, description="how often the monitor polls")
     max_staleness_s: float = Field(default=3600.0, gt=0, description="older values are stale and trigger failover")
     forecast_horizon_s: float = Field(default=86400.0, gt=0, description="how far ahead to ask for a forecast")
 
@@ -82,9 +82,9 @@ class Mode(Strict):
     @field_validator("sm_clock_mhz", mode="before")
     @classmethod
     def _single_clock(cls, v: Any) -> Any:
-        if isinstance(v, int):
+        if isinstance(v, int) and not isinstance(v, bool):
             return (v, v)
-        return v
+        return tuple(v) if isinstance(v, list) else v  # the loader validates strictly: a list is not a tuple there
 
     @model_validator(mode="after")
     def _one_power_limit(self) -> "Mode":
@@ -213,7 +213,7 @@ class JobSpec(Strict):
             import shlex
 
             return tuple(shlex.split(v))
-        return v
+        return tuple(v) if isinstance(v, list) else v  # the loader validates strictly: a list is not a tuple there
 
     @field_validator("callable")
     @classmethod
@@ -256,10 +256,18 @@ class Policy(Strict):
             if required not in self.modes:
                 raise ValueError(f"modes must define '{required}'")
         for which in ("clean_mode", "dirty_mode"):
-            name = getattr(self.rules, which)
-            if name not in self.modes:
-                raise ValueError(f"rules.{which} names unknown mode {name!r} (modes: {', '.join(self.modes)})")
+            if message := unknown_mode_message(which, getattr(self.rules, which), self.modes):
+                raise ValueError(message)
         auto = [name for name, m in self.modes.items() if m.batch_size == "auto"]
         if auto and self.job.batch_size_search is None:
             raise ValueError(f"mode {auto[0]!r} says batch_size: auto: give job.batch_size_search (sizes, default)")
         return self
+
+
+def unknown_mode_message(which: str, name: str, modes: Any) -> str | None:
+    """``rules.<which>`` must name a mode of ``modes``; the message when it does not, else None."""
+    from scheduler.did_you_mean import did_you_mean
+
+    if name in modes:
+        return None
+    return f"rules.{which} names unknown mode {name!r}{did_you_mean(name, modes)} (modes: {', '.join(modes)})"

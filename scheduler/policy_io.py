@@ -1,27 +1,77 @@
-"""YAML text -> Policy, with errors that point at the file and line.
+"""YAML text -> Policy, with every error pointing at the file and line.
 
 PyYAML's composed node tree keeps each value's position; pydantic's error ``loc`` is walked down
 that tree so ``modes.speed.power_limit_w: Input should be greater than 0`` comes out as
 ``policy.yaml:12:20: modes.speed.power_limit_w: Input should be greater than 0 (got -5)``.
+
+All errors are collected (schema errors, then the checks of :mod:`scheduler.policy_checks` on every
+section that passed the schema), up to :data:`MAX_ISSUES`, each with a "did you mean" when a key or
+name is near an accepted one. Relative paths in a policy file (``job.workdir``, ``clock_plan``, a
+trace's ``path``) are read from the policy file's folder, wherever gridshift is started from.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from scheduler.did_you_mean import closest, did_you_mean
 from scheduler.errors import PolicyError
-from scheduler.policy import Policy
-from scheduler.policy_checks import Problem, policy_problems
+from scheduler.policy import BackendConfig, CarbonConfig, JobSpec, Mode, Policy
+from scheduler.policy_checks import Problem, policy_problems, section_problems
 
-__all__ = ["load_policy", "parse_policy", "policy_json_schema"]
+__all__ = ["MAX_ISSUES", "PolicyIssue", "load_policy", "parse_policy", "policy_json_schema", "resolve_policy_paths",
+           "schema_errors"]
+
+#: at most this many errors are listed; the rest are counted
+MAX_ISSUES = 20
+
+#: keys that once existed: a clear word instead of a bare "unknown key"
+_RETIRED_KEYS = {
+    ("carbon", "poll_interval_s"): "no longer read (there is no background poller: "
+                                   "the signal is read when a decision is due); delete the line",
+}
 
 _DOTTED = re.compile(r"^(?:Value error, )?([a-z_]+(?:\.[a-z_0-9]+)+)\b")
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+@dataclass(frozen=True)
+class PolicyIssue:
+    """One error in a policy file; ``str()`` is ``file:line:col: path: message``."""
+
+    file: str
+    line: int
+    column: int
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}:"
+        return f"{where} {self.path}: {self.message}" if self.path else f"{where} {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "column": self.column, "path": self.path, "message": self.message}
+
+
+def _issue(file: str, node: yaml.Node, path: str, message: str) -> PolicyIssue:
+    # "rules.clean_mode: rules.clean_mode names ..." says the path twice
+    message = message[len(path) + 1:] if path and message.startswith(path + " ") else message
+    return PolicyIssue(file, node.start_mark.line + 1, node.start_mark.column + 1, path, message)
+
+
+def _policy_error(issues: list[PolicyIssue]) -> PolicyError:
+    more = len(issues) - 1
+    first = str(issues[0]) + (f" [and {more} more error(s)]" if more else "")
+    shown = tuple(issues[:MAX_ISSUES])
+    return PolicyError(first, path=issues[0].file, line=issues[0].line, column=issues[0].column, more=more,
+                       issues=shown, hidden=len(issues) - len(shown))
 
 
 class _DuplicateKey(yaml.constructor.ConstructorError):
@@ -76,8 +126,9 @@ def _key_node(node: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # discriminated unions add the tag ("plan", "absolute") and function validators add "function-..." parts
-    return tuple(p for p in loc if not (isinstance(p, str) and (p in ("plan", "absolute", "relative") or "[" in p)))
+    # discriminated unions add the tag ("plan", "absolute") or the discriminator function ("_rule_kind()"), and
+    # function validators add "function-..." parts
+    return tuple(p for p in loc if not (isinstance(p, str) and (p in ("absolute", "relative", "plan") or "[" in p or p.endswith("()"))))
 
 
 def _format_input(value: Any) -> str:
@@ -85,8 +136,142 @@ def _format_input(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def parse_policy(text: str, *, where: str = "<policy>") -> Policy:
-    """Validate policy YAML ``text``; raise :class:`PolicyError` naming ``where:line:col``."""
+def _models_at(loc: tuple[Any, ...], data: Any) -> list[type[BaseModel]]:
+    """The model class(es) whose keys are valid at ``loc`` (a union gives several unless the data's
+    ``kind`` picks one), so an unknown key can be compared with the keys that would be accepted."""
+    kinds: list[Any] = [Policy]
+    value = data
+    for part in loc:
+        nxt: list[Any] = []
+        for kind in kinds:
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                field = kind.model_fields.get(str(part))
+                if field is not None:
+                    nxt.append(field.annotation)
+            elif get_origin(kind) in (dict, tuple, list):  # a mapping of modes, a list of fallbacks: skip the key
+                args = [a for a in get_args(kind) if a is not Ellipsis]
+                nxt.append(args[-1] if args else Any)
+        value = value.get(part) if isinstance(value, dict) else value[part] if (
+            isinstance(value, list) and isinstance(part, int) and part < len(value)) else None
+        kinds = []
+        for kind in nxt:  # unwrap Optional / unions; a 'kind' key picks the union member
+            members = [a for a in get_args(kind) if a is not type(None)] if get_origin(kind) is Union else [kind]
+            if len(members) > 1 and isinstance(value, dict):
+                tagged = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)
+                          and "kind" in m.model_fields and m.model_fields["kind"].default == value.get("kind")]
+                members = tagged or members
+            kinds.extend(members)
+    return [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+
+
+def _schema_issue_text(err: dict[str, Any], loc: tuple[Any, ...], data: Any) -> tuple[tuple[Any, ...], str]:
+    """The location and message for one pydantic error, with a suggestion where one is near."""
+    kind, msg, ctx = err["type"], err["msg"].removeprefix("Value error, "), err.get("ctx") or {}
+    if kind == "extra_forbidden" and tuple(loc) in _RETIRED_KEYS:
+        return loc, _RETIRED_KEYS[tuple(loc)]
+    if kind == "extra_forbidden":
+        accepted = sorted({name for m in _models_at(loc[:-1], data) for name in m.model_fields})
+        return loc, f"unknown key {loc[-1]!r}{did_you_mean(str(loc[-1]), accepted)}"
+    if kind == "missing":
+        return loc, "required key is missing"
+    if kind == "union_tag_invalid":
+        tags = _QUOTED.findall(str(ctx.get("expected_tags", "")))
+        tag = str(ctx.get("tag", ""))
+        key = str(ctx.get("discriminator", "kind")).strip("'")
+        return (*loc, "kind" if key.endswith("()") else key), (
+            f"unknown {loc[-1] if loc else ''} kind {tag!r}{did_you_mean(tag, tags)} (kinds: {', '.join(tags)})".replace("  ", " "))
+    detail = ""
+    if kind == "literal_error":
+        choices = _QUOTED.findall(str(ctx.get("expected", "")))
+        got = err.get("input")
+        if isinstance(got, str) and (hit := closest(got, choices)) is not None and hit != got:
+            detail = f" (got {got!r}; did you mean {hit!r}?)"
+    if not detail and "input" in err and not isinstance(err["input"], (dict, list)):
+        detail = f" (got {_format_input(err['input'])})"
+    return loc, msg + detail
+
+
+def _schema_issues(exc: ValidationError, root: yaml.Node, data: Any, where: str) -> list[PolicyIssue]:
+    # an unknown key usually explains the rest (a misspelt 'rule:' also makes 'rules' missing): report it first
+    errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
+    issues: list[PolicyIssue] = []
+    suggested: set[tuple[Any, ...]] = set()
+    for err in errors:
+        loc = _clean_loc(tuple(err["loc"]))
+        if not loc:
+            m = _DOTTED.match(err["msg"].removeprefix("Value error, "))
+            if m:
+                loc = tuple(int(p) if p.isdigit() else p for p in m.group(1).split("."))
+        if err["type"] == "missing" and loc in suggested:
+            continue  # "unknown key 'rule' (did you mean 'rules'?)" already says it
+        loc, message = _schema_issue_text(err, loc, data)
+        if err["type"] == "extra_forbidden" and "did you mean" in message:
+            suggested.add((*loc[:-1], _QUOTED.findall(message)[-1]))
+        node = _key_node(root, loc) if err["type"] == "extra_forbidden" and loc else _node_at(root, loc)
+        issues.append(_issue(where, node, ".".join(str(p) for p in loc) or "(top level)", message))
+    return issues
+
+
+def _problem_issue(root: yaml.Node, problem: Problem, where: str) -> PolicyIssue:
+    node = _key_node(root, problem.loc) if problem.at_key else _node_at(root, problem.loc)
+    return _issue(where, node, ".".join(str(p) for p in problem.loc), problem.message)
+
+
+def _valid_sections(data: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
+    """The sections that pass the schema on their own, paths resolved, for the remaining checks."""
+    out: dict[str, Any] = {}
+    for key, model in (("carbon", CarbonConfig), ("job", JobSpec), ("backend", BackendConfig)):
+        try:
+            out[key] = _validate(model, data[key]) if key in data else None
+        except (ValidationError, TypeError):
+            out[key] = None
+    modes = data.get("modes")
+    rules = data.get("rules")
+    if isinstance(modes, dict) and isinstance(rules, dict):
+        out["mode_names"] = [str(n) for n in modes]
+        out["rule_modes"] = {w: rules.get(w, default) for w, default in (("clean_mode", "speed"), ("dirty_mode", "efficiency"))
+                             if isinstance(rules.get(w, default), str)}
+    if isinstance(modes, dict):
+        good = {}
+        for name, raw in modes.items():
+            try:
+                good[str(name)] = _validate(Mode, raw)
+            except (ValidationError, TypeError):
+                pass
+        out["modes"] = good
+    if base_dir is not None:
+        if out.get("carbon") is not None:
+            out["carbon"] = _resolve_carbon(out["carbon"], base_dir)
+        if out.get("job") is not None:
+            out["job"] = _resolve_job(out["job"], base_dir)
+        out["modes"] = {n: _resolve_mode(m, base_dir) for n, m in (out.get("modes") or {}).items()}
+    return out
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _validate(model: type[_M], data: Any) -> _M:
+    """Validate as JSON, strictly: a policy means what its JSON schema says (``"60"`` is not a
+    number, ``1`` is not ``true``), so an editor using ``policy schema`` and the loader agree.
+    YAML dates become strings, as a JSON-schema validator sees them."""
+    try:
+        text = json.dumps(data, default=str)
+    except (TypeError, ValueError):  # keys JSON cannot carry (a YAML list as a key): let pydantic say why
+        return model.model_validate(data, strict=True)
+    return model.model_validate_json(text, strict=True)
+
+
+def schema_errors(data: Any) -> list[dict[str, Any]]:
+    """The schema's verdict alone (no file checks): pydantic's errors for ``data``, [] when valid."""
+    try:
+        _validate(Policy, data)
+    except ValidationError as exc:
+        return exc.errors(include_url=False)  # type: ignore[return-value]
+    return []
+
+
+def _compose(text: str, where: str) -> tuple[yaml.Node, dict[str, Any]]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
@@ -95,67 +280,121 @@ def parse_policy(text: str, *, where: str = "<policy>") -> Policy:
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         kind = "" if isinstance(exc, _DuplicateKey) else "YAML syntax error: "
-        raise PolicyError(f"{where}:{line}:{col}: {kind}{problem}", path=where, line=line, column=col) from None
+        raise _policy_error([PolicyIssue(where, line, col, "", f"{kind}{problem}")]) from None
     if root is None or data is None:
-        raise PolicyError(f"{where}:1:1: the policy file is empty", path=where, line=1, column=1)
+        raise _policy_error([PolicyIssue(where, 1, 1, "", "the policy file is empty")])
     if not isinstance(data, dict):
-        raise PolicyError(f"{where}:1:1: a policy must be a mapping of keys (carbon, modes, rules, job, ...)", path=where, line=1, column=1)
+        raise _policy_error([PolicyIssue(where, 1, 1, "", "a policy must be a mapping of keys (carbon, modes, rules, job, ...)")])
+    return root, data
+
+
+def parse_policy(text: str, *, where: str = "<policy>", base_dir: str | Path | None = None) -> Policy:
+    """Validate policy YAML ``text``; raise :class:`PolicyError` listing every error as ``where:line:col``.
+
+    ``base_dir`` is the folder relative paths are read from (the policy file's; without it, the
+    current directory).
+    """
+    root, data = _compose(text, where)
+    base = Path(base_dir).absolute() if base_dir is not None else None
     try:
-        policy = Policy.model_validate(data)
+        policy = _validate(Policy, data)
+        policy = resolve_policy_paths(policy, base) if base is not None else policy
     except ValidationError as exc:
-        # an unknown key usually explains the rest (a misspelt 'rule:' also makes 'rules' missing): report it first
-        errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
-        first = errors[0]
-        loc = _clean_loc(tuple(first["loc"]))
-        msg = first["msg"]
-        if not loc:
-            m = _DOTTED.match(msg)
-            if m:
-                loc = tuple(int(p) if p.isdigit() else p for p in m.group(1).split("."))
-        node = _key_node(root, loc) if first["type"] == "extra_forbidden" and loc else _node_at(root, loc)
-        line, col = node.start_mark.line + 1, node.start_mark.column + 1
-        path = ".".join(str(p) for p in loc) or "(top level)"
-        msg = msg.removeprefix("Value error, ")
-        detail = ""
-        if first["type"] == "extra_forbidden":
-            msg = f"unknown key {loc[-1]!r}"
-        elif first["type"] == "missing":
-            msg = "required key is missing"
-        elif "input" in first and not isinstance(first["input"], (dict, list)):
-            detail = f" (got {_format_input(first['input'])})"
-        more = f" [and {len(errors) - 1} more error(s)]" if len(errors) > 1 else ""
-        raise PolicyError(
-            f"{where}:{line}:{col}: {path}: {msg}{detail}{more}", path=where, line=line, column=col, more=len(errors) - 1
-        ) from None
-    problems = policy_problems(policy)
-    if problems:
-        _raise_problem(root, problems[0], where=where, more=len(problems) - 1)
+        issues = _schema_issues(exc, root, data, where)
+        sections = _valid_sections(data, base)
+        if any("names unknown mode" in i.message for i in issues):  # the schema got as far as the rules
+            sections.pop("rule_modes", None)
+        problems = section_problems(**sections, base_dir=base)
+    else:
+        issues = []
+        problems = policy_problems(policy, base)
+    issues += [_problem_issue(root, p, where) for p in problems]
+    if issues:
+        raise _policy_error(issues)
     return policy
 
 
-def _raise_problem(root: yaml.Node, problem: Problem, *, where: str, more: int) -> None:
-    node = _key_node(root, problem.loc) if problem.at_key else _node_at(root, problem.loc)
-    line, col = node.start_mark.line + 1, node.start_mark.column + 1
-    path = ".".join(str(p) for p in problem.loc)
-    extra = f" [and {more} more error(s)]" if more else ""
-    raise PolicyError(f"{where}:{line}:{col}: {path}: {problem.message}{extra}", path=where, line=line, column=col, more=more)
+def _absolute(path: str | Path, base_dir: Path) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else base_dir / p
+
+
+def _resolve_carbon(carbon: CarbonConfig, base_dir: Path) -> CarbonConfig:
+    def one(source: Any) -> Any:
+        path = source.options.get("path")
+        if source.provider != "trace" or not isinstance(path, str):
+            return source
+        return source.model_copy(update={"options": {**source.options, "path": str(_absolute(path, base_dir))}})
+
+    return one(carbon).model_copy(update={"fallbacks": tuple(one(s) for s in carbon.fallbacks)})
+
+
+def _resolve_job(job: JobSpec, base_dir: Path) -> JobSpec:
+    return job if job.workdir is None else job.model_copy(update={"workdir": _absolute(job.workdir, base_dir)})
+
+
+def _resolve_mode(mode: Mode, base_dir: Path) -> Mode:
+    return mode if mode.clock_plan is None else mode.model_copy(update={"clock_plan": _absolute(mode.clock_plan, base_dir)})
+
+
+def resolve_policy_paths(policy: Policy, base_dir: str | Path) -> Policy:
+    """``policy`` with its relative paths (job.workdir, clock plans, trace files) made absolute
+    against ``base_dir``. The job's command is left as written: it runs in job.workdir, by default
+    the policy file's folder (:func:`scheduler.policy_checks.job_cwd`)."""
+    base = Path(base_dir).absolute()
+    return policy.model_copy(update={
+        "carbon": _resolve_carbon(policy.carbon, base),
+        "job": _resolve_job(policy.job, base),
+        "modes": {name: _resolve_mode(mode, base) for name, mode in policy.modes.items()},
+    })
 
 
 def load_policy(path: str | Path) -> Policy:
-    """Read and validate a policy file."""
+    """Read and validate a policy file; its relative paths are read from the file's folder."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise PolicyError(f"{p}:0:0: policy file not found", path=str(p)) from None
+        raise _policy_error([PolicyIssue(str(p), 0, 0, "", "policy file not found")]) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"{p}:0:0: cannot read policy file: {exc}", path=str(p)) from None
-    return parse_policy(text, where=str(p))
+        raise _policy_error([PolicyIssue(str(p), 0, 0, "", f"cannot read policy file: {exc}")]) from None
+    return parse_policy(text, where=str(p), base_dir=p.absolute().parent)
 
 
 def policy_json_schema() -> str:
-    """The JSON schema of policy files, for editors (``# yaml-language-server: $schema=...``)."""
+    """The JSON schema of policy files, for editors (``# yaml-language-server: $schema=...``).
+
+    pydantic's schema, plus what the loader accepts or requires that pydantic cannot see in the
+    models' types: the string form of ``command`` and the single-integer ``sm_clock_mhz`` (both
+    converted by validators), ``kind`` being required to pick a rule, the two required modes, and
+    the keys that exclude each other. What no JSON schema can say (one number below another, a mode
+    named by a rule existing, files existing) is left to ``gridshift policy check``;
+    ``tests/scheduler/test_schema_agrees_with_loader.py`` lists those cases.
+    """
     schema = Policy.model_json_schema()
+    defs = schema["$defs"]
+    job = defs["JobSpec"]
+    job["properties"]["command"]["anyOf"] = [
+        {"type": "string", "pattern": "\\S", "description": "split like a shell would"},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        {"type": "null"},
+    ]
+    job["properties"]["callable"]["anyOf"][0]["pattern"] = "^[^:]+:[\\s\\S]+$"
+    job["not"] = _both_given("command", "callable")
+    mode = defs["Mode"]
+    mode["properties"]["sm_clock_mhz"]["anyOf"].insert(0, {"type": "integer"})
+    mode["not"] = {"anyOf": [_both_given("power_limit_w", "power_limit_fraction"),
+                             _both_given("power_limit_select", "power_limit_w"),
+                             _both_given("power_limit_select", "power_limit_fraction")]}
+    for rule in ("AbsoluteRule", "RelativeRule"):
+        defs[rule]["required"] = sorted({*defs[rule].get("required", []), "kind"})
+    schema["properties"]["modes"]["required"] = ["efficiency", "speed"]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gridshift policy"
     return json.dumps(schema, indent=2, sort_keys=True)
+
+
+def _both_given(a: str, b: str) -> dict[str, Any]:
+    """A JSON-schema clause matching an object that gives both ``a`` and ``b`` (as non-null values)."""
+    not_null = {"not": {"type": "null"}}
+    return {"required": [a, b], "properties": {a: not_null, b: not_null}}

@@ -1,7 +1,8 @@
-"""Plot a simulation: intensity with the chosen windows and modes, and cumulative carbon.
+"""Plot a simulation: the grid intensity with each job's window, the runs on lanes of their own
+(baseline, gridshift, oracle; coloured by mode), and cumulative carbon.
 
-Needs matplotlib (``pip install 'gridshift[plot]'``); imported lazily so the rest of the package
-does not depend on it.
+Needs matplotlib (``pip install matplotlib``, or from a checkout ``pip install -e '.[plot]'``);
+imported lazily so the rest of the package does not depend on it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class PlotUnavailable(ImportError):
 
 
 _MODE_COLOURS = {"speed": "#2a9d8f", "efficiency": "#e9a23b"}
+_OTHER_MODE = "#6a4c93"
+_LANES = ("baseline", "gridshift", "oracle")
 
 
 def _pick_week(result: SimulationResult, days: int) -> int:
@@ -32,59 +35,81 @@ def _pick_week(result: SimulationResult, days: int) -> int:
     return int(np.argmax(window))
 
 
-def plot_simulation(result: SimulationResult, path: str | Path, *, title: str = "", days: int = 7) -> Path:
-    """Write a PNG: top, a ``days``-day excerpt; bottom, cumulative carbon over the whole trace."""
+def _mass_unit(grams: float) -> tuple[str, float]:
+    return ("t", 1e6) if grams >= 1e6 else ("kg", 1e3) if grams >= 1e3 else ("g", 1.0)
+
+
+def plot_simulation(result: SimulationResult, path: str | Path, *, title: str = "", days: int = 7,
+                    earliest_offset_s: float = 0.0) -> Path:
+    """Write a PNG and return its path: a ``days``-day excerpt (intensity with job windows and
+    deadlines; the runs on lanes), then cumulative carbon over the whole trace.
+    ``earliest_offset_s`` is the policy's ``job.earliest_start_s`` (where each window opens)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'gridshift[plot]'") from exc
+        raise PlotUnavailable("--plot needs matplotlib: pip install matplotlib "
+                              "(from a gridshift checkout: pip install -e '.[plot]')") from exc
 
     out = Path(path)
     t0, step = result.t0, result.step_s
+    at = lambda s: t0 + timedelta(seconds=s)  # noqa: E731
     first = _pick_week(result, days)
     jobs = range(first, min(first + days, len(result.baseline)))
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 7), gridspec_kw={"height_ratios": [3, 2]})
+    fig, (ax, lanes, ax2) = plt.subplots(3, 1, figsize=(11, 8.5), gridspec_kw={"height_ratios": [3, 1.1, 2]})
+    modes_seen: dict[str, str] = {}
     if len(jobs):
         lo = result.baseline[jobs[0]].nominal_s - 12 * 3600
         hi = result.baseline[jobs[-1]].nominal_s + 18 * 3600
         i0, i1 = max(int(lo // step), 0), min(int(hi // step), len(result.values))
-        times = [t0 + timedelta(seconds=i * step) for i in range(i0, i1)]
+        times = [at(i * step) for i in range(i0, i1)]
         ax.step(times, result.values[i0:i1], where="post", color="#444", lw=1, label="grid intensity (trace)")
         top = float(result.values[i0:i1].max()) if i1 > i0 else 1.0
         for k in jobs:
-            b, g, o = result.baseline[k], result.gridshift[k], result.oracle[k]
-            at = lambda s: t0 + timedelta(seconds=s)  # noqa: E731
-            ax.axvspan(at(b.start_s), at(b.end_s), ymin=0.0, ymax=0.06, color="#999", lw=0)
-            for a, e, m in g.spans:
-                ax.axvspan(at(a), at(e), ymin=0.07, ymax=0.16, color=_MODE_COLOURS.get(m, "#6a4c93"), lw=0)
-            for a, e, m in o.spans:
-                ax.axvspan(at(a), at(e), ymin=0.17, ymax=0.21, color=_MODE_COLOURS.get(m, "#6a4c93"), alpha=0.45, lw=0)
-            ax.axvline(at(b.deadline_s), color="#c1121f", lw=0.6, ls=":")
+            b = result.baseline[k]
+            ax.axvspan(at(b.nominal_s + min(earliest_offset_s, 0.0)), at(b.deadline_s), color="#8ecae6", alpha=0.18, lw=0)
+            for a in (ax, lanes):
+                a.axvline(at(b.nominal_s), color="#023047", lw=0.7, ls="--")
+                a.axvline(at(b.deadline_s), color="#c1121f", lw=0.9, ls=":")
+            for lane, outcome in enumerate((b, result.gridshift[k], result.oracle[k])):
+                for a_s, e_s, m in outcome.spans:
+                    colour = _MODE_COLOURS.get(m, _OTHER_MODE)
+                    modes_seen.setdefault(m, colour)
+                    lanes.axvspan(at(a_s), at(e_s), ymin=(2 - lane) / 3 + 0.05, ymax=(3 - lane) / 3 - 0.05,
+                                  color=colour, lw=0)
         ax.set_ylim(0, top * 1.1)
+        ax.set_xlim(times[0], times[-1]) if times else None
+        lanes.set_xlim(ax.get_xlim())
         handles = [
-            ax.get_legend_handles_labels()[0][0],
-            Patch(color="#999", label="baseline run (nominal start, speed)"),
-            Patch(color=_MODE_COLOURS["speed"], label="gridshift: speed mode"),
-            Patch(color=_MODE_COLOURS["efficiency"], label="gridshift: efficiency mode"),
-            Patch(color="#888", alpha=0.45, label="oracle (thin band)"),
+            Line2D([], [], color="#444", lw=1, label="grid intensity (trace)"),
+            Patch(color="#8ecae6", alpha=0.35, label="job window (earliest start to deadline)"),
+            Line2D([], [], color="#023047", lw=0.7, ls="--", label="nominal start (cron)"),
+            Line2D([], [], color="#c1121f", lw=0.9, ls=":", label="deadline"),
         ]
-        ax.legend(handles=handles, loc="upper left", fontsize=8, ncol=2)
+        # beside the axes, so it never covers the intensity line
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        lanes.legend(handles=[Patch(color=c, label=f"{m} mode") for m, c in modes_seen.items()], loc="upper left",
+                     bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, title="runs", title_fontsize=8)
     ax.set_ylabel("gCO2/kWh")
     ax.set_title(title or f"gridshift simulation ({result.forecast} forecast; energy modelled)")
+    lanes.set_ylim(0, 1)
+    lanes.set_yticks([(2.5 - i) / 3 for i in range(3)], [name for name in _LANES], fontsize=8)
+    lanes.set_ylabel("runs", fontsize=8)
     s = result.summary()
-    xs = [t0 + timedelta(seconds=j.nominal_s) for j in result.baseline]
+    unit, scale = _mass_unit(max(s["baseline_g"], 1e-9))
+    xs = [at(j.nominal_s) for j in result.baseline]
     for name, jobs_, colour in (("baseline", result.baseline, "#999"), ("gridshift", result.gridshift, "#2a9d8f"),
                                 ("oracle", result.oracle, "#264653")):
-        ax2.plot(xs, np.cumsum([j.carbon_g for j in jobs_]) / 1000.0, label=name, color=colour)
-    ax2.set_ylabel("cumulative kgCO2 (modelled)")
+        ax2.plot(xs, np.cumsum([j.carbon_g for j in jobs_]) / scale, label=name, color=colour)
+    ax2.set_ylabel(f"cumulative {unit} CO2 (modelled)")
     ax2.set_title(f"{s['jobs']} jobs: gridshift saves {s['savings_pct']:.1f}% "
                   f"(oracle {s['oracle_savings_pct']:.1f}%), {s['deadline_misses']} deadline misses", fontsize=10)
-    ax2.legend(fontsize=8)
-    for a in (ax, ax2):
+    ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    for a in (ax, lanes, ax2):
         a.tick_params(axis="x", labelrotation=20, labelsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -39,7 +39,11 @@ def provider_class(name: str) -> type[Provider]:
     """The class registered as ``name``, imported now (nothing is constructed)."""
     target = PROVIDERS.get(name)
     if target is None:
-        raise UnknownProvider(f"unknown carbon provider {name!r} (known: {', '.join(provider_names())})")
+        import difflib
+
+        near = difflib.get_close_matches(name, provider_names(), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise UnknownProvider(f"unknown carbon provider {name!r}{hint} (known: {', '.join(provider_names())})")
     module_name, _, cls_name = target.partition(":")
     return getattr(importlib.import_module(module_name), cls_name)  # type: ignore[no-any-return]
 

@@ -1,15 +1,47 @@
-"""The one place where errors become exit codes and one-line messages."""
+"""The one place where errors become exit codes and one-line messages.
+
+With ``--json`` on the command line, every failure also prints exactly one JSON object on stdout
+(``{"status": "error", "exit_code": N, "error": "...", "errors": [...]}``; policy errors add
+``issues`` with file, line, column, path and message), so a script reading stdout always gets JSON.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 import typer
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "EXIT_ENV", "exit_code_for", "exit_code_for_type", "fail", "run_guarded"]
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "EXIT_ENV", "exit_code_for", "exit_code_for_type", "fail",
+           "report_error", "run_guarded"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_ENV = 0, 1, 2, 3
+
+# set by run_guarded from the command line, so failures raised before a command has parsed its
+# options (usage errors) answer in JSON too
+_json_errors = False
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    ours = list(argv[: list(argv).index("--")]) if "--" in argv else list(argv)  # after '--' is the job's
+    return "--json" in ours
+
+
+def report_error(exc: BaseException | str, code: int) -> None:
+    """Print an error: one line per error on stderr, and with ``--json`` one JSON object on stdout."""
+    from scheduler.errors import PolicyError
+
+    lines = exc.lines() if isinstance(exc, PolicyError) else [str(exc)]
+    for text in lines:
+        print(text if text.startswith("gridshift") else f"gridshift: error: {text}", file=sys.stderr)
+    if _json_errors:
+        out: dict[str, Any] = {"status": "error", "exit_code": code, "error": str(exc), "errors": lines}
+        if isinstance(exc, PolicyError) and exc.issues:
+            out["issues"] = [i.to_json() for i in exc.issues]
+        if isinstance(exc, BaseException):
+            out["error_type"] = type(exc).__name__
+        print(json.dumps(out, sort_keys=True), file=sys.stdout, flush=True)
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -19,51 +51,57 @@ def exit_code_for(exc: BaseException) -> int:
 
 def exit_code_for_type(cls: type[BaseException]) -> int:
     """:func:`exit_code_for` by class (a run's report records its error's class, not the error)."""
+    import httpx
+
     from backends.errors import BackendError, UnknownBackend
-    from carbon.errors import BadTrace, CarbonError
+    from carbon.errors import BadTrace, CarbonError, UnknownZone
     from carbon.providers.registry import UnknownProvider
+    from flows.preflight import BadRunInput, EnvironmentNotReady
     from plans.dvfs.errors import PlanFileError, PlanInputError, ProfileError
     from plans.errors import BadProfile, BadTraceFile
     from scheduler.errors import LedgerError, PolicyError
 
     # listed one by one: a bare LookupError/ValueError would turn internal KeyError/IndexError bugs
     # into "bad input"
-    bad_input = (PolicyError, BadTrace, UnknownBackend, UnknownProvider, PlanFileError, PlanInputError, ProfileError,
-                 BadTraceFile, BadProfile)
+    bad_input = (PolicyError, BadTrace, UnknownBackend, UnknownProvider, UnknownZone, PlanFileError, PlanInputError,
+                 ProfileError, BadTraceFile, BadProfile, BadRunInput)
     if issubclass(cls, bad_input):
         return EXIT_INPUT
     # every backend error (no device, no permission, device lost, unsupported, journal) and every
-    # carbon source failure is the environment
-    if issubclass(cls, (CarbonError, BackendError, LedgerError)):
+    # carbon source failure is the environment; so is a server (Prefect's) that does not answer
+    if issubclass(cls, (CarbonError, BackendError, LedgerError, EnvironmentNotReady, httpx.TransportError)):
         return EXIT_ENV
     return EXIT_FAILED
 
 
 def fail(exc: BaseException | str, code: int | None = None) -> "typer.Exit":
-    """Print one line to stderr and return the Exit to raise."""
-    text = str(exc)
-    print(f"gridshift: error: {text}" if not text.startswith("gridshift") else text, file=sys.stderr)
-    return typer.Exit(code if code is not None else exit_code_for(exc) if isinstance(exc, BaseException) else EXIT_FAILED)
+    """Print the error (see :func:`report_error`) and return the Exit to raise."""
+    rc = code if code is not None else exit_code_for(exc) if isinstance(exc, BaseException) else EXIT_FAILED
+    report_error(exc, rc)
+    return typer.Exit(rc)
 
 
-def run_guarded(app: Any) -> int:
-    """Run the typer app; anything unexpected is one line and exit 1, never a traceback."""
+def run_guarded(app: Any, argv: Sequence[str] | None = None) -> int:
+    """Run the typer app on ``argv`` (default: the process's arguments); anything unexpected is one
+    line and exit 1, never a traceback."""
+    global _json_errors
+    args = list(sys.argv[1:] if argv is None else argv)
+    _json_errors = _wants_json(args)
     try:
-        rc = app(standalone_mode=False)  # click returns (not raises) Exit codes in this mode
+        rc = app(args=args, standalone_mode=False)  # click returns (not raises) Exit codes in this mode
         return rc if isinstance(rc, int) else EXIT_OK
     except typer.Exit as exc:
         return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
-        print("gridshift: interrupted", file=sys.stderr)
+        report_error("gridshift: interrupted", 130)
         return 130
-    except typer.TyperException as exc:  # usage errors from typer's own (vendored) click
+    except _click_error() as exc:  # usage errors from typer's click
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gridshift`: help was printed
             return EXIT_OK
-        show = getattr(exc, "show", None)
-        if show is not None:
-            show()
+        if _json_errors:
+            report_error(f"usage: {exc.format_message()}", EXIT_INPUT)
         else:
-            print(f"gridshift: error: {exc}", file=sys.stderr)
+            exc.show()
         return EXIT_INPUT
     except Exception as exc:  # a bug: say so in one line; GRIDSHIFT_DEBUG=1 shows the traceback
         import os
@@ -71,6 +109,13 @@ def run_guarded(app: Any) -> int:
         if os.environ.get("GRIDSHIFT_DEBUG"):
             raise
         code = exit_code_for(exc)
-        prefix = "gridshift: internal error" if code == EXIT_FAILED else "gridshift: error"
-        print(f"{prefix}: {type(exc).__name__}: {exc}" if code == EXIT_FAILED else f"{prefix}: {exc}", file=sys.stderr)
+        report_error(f"gridshift: internal error: {type(exc).__name__}: {exc}" if code == EXIT_FAILED else exc, code)
         return code
+    finally:
+        _json_errors = False
+
+
+def _click_error() -> type[Exception]:
+    # typer vendors click and does not re-export the base of its usage errors: reach it through one
+    # that it does export (BadParameter -> UsageError -> ClickException)
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")

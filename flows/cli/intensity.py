@@ -26,6 +26,8 @@ def intensity(
     from carbon.errors import CarbonError
     from carbon.providers import get_provider
 
+    if horizon_h <= 0:
+        raise fail(f"--horizon-h must be positive (hours ahead), got {horizon_h:g}", 2)
     opts: dict[str, Any] = {}
     for item in option or []:
         key, sep, value = item.partition("=")

@@ -1,7 +1,8 @@
-"""``gridshift policy check FILE`` and ``gridshift policy schema``."""
+"""``gridshift policy check FILE...`` and ``gridshift policy schema``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -15,21 +16,37 @@ app.add_typer(policy_app, name="policy")
 
 
 @policy_app.command("check")
-def check(files: Annotated[list[Path], typer.Argument(help="Policy YAML files to validate.")]) -> None:
-    """Validate policy files: prints `file:line:col: path: message` and exits 2 on the first bad one."""
+def check(
+    files: Annotated[list[Path], typer.Argument(help="Policy YAML files to validate.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object: each file with its errors.")] = False,
+) -> None:
+    """Validate policy files: every error as `file:line:col: path: message`; exit 2 if any file is bad.
+
+    Checks the schema and what the schema cannot: providers, backends, cron, the job's command and
+    working directory, trace and clock-plan files (relative paths are read from the policy's folder).
+    """
     from scheduler.errors import PolicyError
     from scheduler.policy_io import load_policy
 
-    bad = 0
+    results = []
     for f in files:
         try:
             policy = load_policy(f)
         except PolicyError as exc:
-            typer.echo(str(exc), err=True)
-            bad += 1
+            results.append({"file": str(f), "ok": False, "errors": [i.to_json() for i in exc.issues],
+                            "hidden_errors": exc.hidden})
+            if not json_out:
+                for line in exc.lines():
+                    typer.echo(line, err=True)
             continue
-        typer.echo(f"{f}: ok ({policy.job.name}: modes {', '.join(policy.modes)}; carbon {policy.carbon.provider}; "
-                   f"rule {policy.rules.kind}; backend {policy.backend.name})")
+        results.append({"file": str(f), "ok": True, "errors": [], "hidden_errors": 0})
+        if not json_out:
+            typer.echo(f"{f}: ok ({policy.job.name}: modes {', '.join(policy.modes)}; carbon {policy.carbon.provider}; "
+                       f"rule {policy.rules.kind}; backend {policy.backend.name})")
+    bad = sum(not r["ok"] for r in results)
+    if json_out:
+        typer.echo(json.dumps({"status": "error" if bad else "ok", "exit_code": EXIT_INPUT if bad else 0,
+                               "files": results}, sort_keys=True))
     if bad:
         raise typer.Exit(EXIT_INPUT)
 

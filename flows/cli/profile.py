@@ -37,13 +37,12 @@ def run_cmd(
     sweep_clocks: Annotated[Optional[str], typer.Option(
         "--sweep-clocks", help="Comma-separated SM clocks (MHz) to sweep: CHANGES GPU CLOCKS; needs --allow-clock-changes.")] = None,
     allow_clock_changes: Annotated[bool, typer.Option(
-        help="Permit --sweep-clocks on hardware you own. Never on a lent or shared GPU.")] = False,
+        "--allow-clock-changes", help="Permit --sweep-clocks on hardware you own. Never on a lent or shared GPU.")] = False,
 ) -> None:
     """Run CMD with GRIDSHIFT_PROFILE_OUT=OUT; the script captures its step with plans.dvfs.capture.
 
-    With --sweep-clocks (and --allow-clock-changes) the script also gets GRIDSHIFT_SWEEP_CLOCKS and is
-    expected to call plans.dvfs.capture.sweep_clocks with its backend's clock control.
-    """
+    With --sweep-clocks (and --allow-clock-changes) the script also gets GRIDSHIFT_SWEEP_CLOCKS and is expected to call plans.dvfs.capture.sweep_clocks with its backend's clock control.
+    """  # noqa: E501 - one line per paragraph: the help renderer wraps it to the terminal
     from flows.job import resolve_argv
     from plans.dvfs.errors import ProfileError
     from plans.dvfs.profile import load_profile

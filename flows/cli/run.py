@@ -14,10 +14,9 @@ from typing import Annotated, Any, Iterator, Optional
 import typer
 
 from flows.cli import FINISHED_CLEANLY, app
-from flows.cli._errors import EXIT_ENV, EXIT_FAILED, EXIT_INPUT, exit_code_for_type, fail
+from flows.cli._errors import EXIT_ENV, EXIT_FAILED, exit_code_for_type, fail
 from flows.cli._signals import StopSignals
-from flows.prefect_server import (STOP_GRACE_S, PrefectServerError, TemporaryServer, check_reachable, configured_api_url,
-                                  drain_prefect_workers)
+from flows.prefect_server import STOP_GRACE_S, PrefectServerError, TemporaryServer, configured_api_url, drain_prefect_workers
 from flows.run_ids import new_run_id
 
 
@@ -97,11 +96,7 @@ def _prefect_api(log_path: Path | None, stop: StopSignals) -> Iterator[Temporary
     """The Prefect server named by PREFECT_API_URL (checked now), else a temporary one, started now
     and stopped when the block ends (at once after a second signal)."""
     url = configured_api_url()
-    if url:
-        try:
-            check_reachable(url)
-        except PrefectServerError as exc:
-            raise fail(exc, EXIT_ENV) from None
+    if url:  # checked already by preflight_run (flows.preflight.prefect_api_problem)
         try:
             yield None
         finally:
@@ -145,15 +140,23 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also show Prefect's own log lines (always in the run's log file).")] = False,
 ) -> None:
     """Run the job under POLICY through a Prefect flow and report energy, time and carbon."""
+    from flows.preflight import PreflightError, preflight_run
     from flows.run_logging import logs_dir, run_logging
+    from scheduler.clock_plans import load_clock_plans
+    from scheduler.errors import PolicyError
 
-    _quiet_prefect_defaults()
-    stop = StopSignals()
-    run_id = new_run_id()
     try:
+        # bad input, an unusable machine (or PREFECT_API_URL not answering): in a second, before the server starts
+        try:
+            load_clock_plans(preflight_run(policy, command=command, backend=backend), policy)
+        except (PolicyError, PreflightError) as exc:
+            raise fail(exc) from None
+        _quiet_prefect_defaults()
+        stop = StopSignals()
+        run_id = new_run_id()
         with stop.installed(), run_logging(logs_dir() / f"{run_id}.log", verbose=verbose) as log_path:
             try:
-                # the server starts first: its start-up overlaps the checks and Prefect's import below
+                # the server starts first: its start-up overlaps Prefect's import below
                 with _prefect_api(log_path, stop) as server:
                     _run(policy, command, json_out, backend, run_id, stop, server, log_path)
             except (KeyboardInterrupt, SystemExit):  # a signal before the flow started
@@ -166,16 +169,8 @@ def run(
 
 def _run(policy: Path, command: list[str] | None, json_out: bool, backend: str | None, run_id: str,
          stop: StopSignals, server: TemporaryServer | None, log_path: Path | None) -> None:
-    from scheduler.errors import PolicyError
     from scheduler.ledger import Ledger
-    from scheduler.policy_io import load_policy
 
-    from scheduler.clock_plans import load_clock_plans
-
-    try:
-        load_clock_plans(load_policy(policy), policy)  # fail fast on bad input, before Prefect starts
-    except PolicyError as exc:
-        raise fail(exc, EXIT_INPUT) from None
     from flows.training import carbon_aware_training, quiet_domain_tracebacks
 
     _wait_for(server, log_path)
@@ -216,6 +211,8 @@ def _run(policy: Path, command: list[str] | None, json_out: bool, backend: str |
                           "settings may not be restored: run `gridshift gpu restore`") + ", run recorded as failed",
                        err=True)
             raise typer.Exit(stop.exit_code)
+        if not json_out:
+            typer.echo(f"gridshift: error: {report['error'] or 'the run failed'}", err=True)
         raise typer.Exit(_exit_code_of(report))
 
 

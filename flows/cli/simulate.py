@@ -24,23 +24,31 @@ _LABELS = {
 
 
 def _human(s: dict[str, Any], trace: str) -> str:
+    from flows.cli._units import energy_unit, figure, mass_unit
+
     label = "from measured mode figures" if s["figures_measured"] else "from modelled mode figures"
+    # one unit per column, fitted to the baseline: a short job is grams and kilojoules, a year tonnes
+    base = s["strategies"].get("baseline") or next(iter(s["strategies"].values()))
+    g_unit, g_scale = mass_unit(base["carbon_g"])
+    e_unit, e_scale = energy_unit(base["energy_j"])
     lines = [
         f"gridshift simulate: {s['jobs']} jobs over {trace} ({s['trace_start'][:10]} .. {s['trace_end'][:10]}), "
         f"{s['forecast']} forecast",
-        f"  {'strategy':<52} {'kgCO2':>9} {'saving':>7} {'of oracle':>9} {'energy MJ':>10} {'misses':>6}",
+        f"  {'strategy':<52} {'CO2 ' + g_unit:>10} {'saving':>7} {'of oracle':>9} {'energy ' + e_unit:>10} {'misses':>6}",
     ]
     for name, st in s["strategies"].items():
         share = st["share_of_oracle_saving"]
-        lines.append(f"  {_LABELS.get(name, name):<52} {st['carbon_g'] / 1000:>9.2f} {st['savings_pct']:>6.1f}% "
-                     f"{'-' if share is None or name == 'baseline' else f'{share:.0%}':>9} {st['energy_j'] / 1e6:>10.1f} "
-                     f"{st['deadline_misses']:>6}")
+        lines.append(f"  {_LABELS.get(name, name):<52} {figure(st['carbon_g'], g_scale):>10} {st['savings_pct']:>6.1f}% "
+                     f"{'-' if share is None or name == 'baseline' else f'{share:.0%}':>9} "
+                     f"{figure(st['energy_j'], e_scale):>10} {st['deadline_misses']:>6}")
     lines += [
         f"  gridshift: mean start shift {s['mean_delay_s'] / 3600:+.2f} h; mean run {s['mean_duration_gridshift_s'] / 3600:.2f} h "
         f"(baseline {s['mean_duration_baseline_s'] / 3600:.2f} h); modes: "
         + ", ".join(f"{m} {v:.0%}" for m, v in s["mode_share"].items()),
         f"  energy and carbon are modelled {label} ({s['energy_source']}); intensity is the real trace",
     ]
+    if s.get("plot"):
+        lines.append(f"  plot written to {s['plot']}")
     return "\n".join(lines)
 
 
@@ -118,8 +126,9 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         from simulation.sim_plot import PlotUnavailable, plot_simulation
 
         try:
-            plot_simulation(result, plot, title=f"{pol.job.name} on {trace.name}: {label}")
+            written = plot_simulation(result, plot, title=f"{pol.job.name} on {trace.name}: {label}",
+                                      earliest_offset_s=pol.job.earliest_start_s)
         except PlotUnavailable as exc:
             raise fail(str(exc), EXIT_ENV) from None
-        summary["plot"] = str(plot)
+        summary["plot"] = str(written.resolve())
     typer.echo(json.dumps(summary, sort_keys=True) if json_out else _human(summary, trace.name))

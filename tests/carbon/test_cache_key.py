@@ -106,7 +106,8 @@ def test_policy_sources_carry_their_options_into_the_cache_key(tmp_path: Path) -
     from scheduler.policy_io import parse_policy
 
     trace = _trace(tmp_path / "a.csv", 100.0)
-    text = (Path(__file__).resolve().parents[2] / "examples" / "policy.yaml").read_text(encoding="utf-8")
-    policy = parse_policy(text.replace("column: hist", f"path: {trace}\n    column: a"), where="p.yaml")
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    text = (examples / "policy.yaml").read_text(encoding="utf-8")
+    policy = parse_policy(text.replace("column: hist", f"path: {trace}\n    column: a"), where="p.yaml", base_dir=examples)
     keys = [spec.cache_key for spec in monitor_for(policy).sources]
     assert keys[0] != "trace[MISO_MASON_CITY]" and keys[0].startswith("trace[MISO_MASON_CITY]#")

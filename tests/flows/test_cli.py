@@ -38,6 +38,7 @@ def test_policy_check_bad_input_is_one_line_exit_2(tmp_path: Path, mutation: tup
     text = POLICY.read_text()
     assert mutation[0] in text
     bad.write_text(text.replace(*mutation))
+    (tmp_path / "train_tiny.py").write_text("")  # the copy's job, beside it
     result = runner.invoke(app, ["policy", "check", str(bad)])
     assert result.exit_code == 2
     lines = [l for l in result.output.splitlines() if l.strip()]

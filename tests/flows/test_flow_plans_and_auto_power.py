@@ -29,6 +29,7 @@ def _policy(tmp_path: Path, mode_lines: str) -> Path:
     text = text[:start] + f"modes:\n  speed:\n{mode_lines}  efficiency:\n{mode_lines}\n" + text[end:]
     p = tmp_path / "policy.yaml"
     p.write_text(text)
+    (tmp_path / "train_tiny.py").write_bytes((EXAMPLE.parent / "train_tiny.py").read_bytes())  # the job beside its policy
     return p
 
 
@@ -77,9 +78,11 @@ def test_cli_run_with_a_missing_plan_exits_2_with_file_and_message(tmp_path: Pat
     policy = _policy(tmp_path, "    clock_plan: nowhere.json\n")
     result = CliRunner().invoke(app, ["run", str(policy)])
     assert result.exit_code == 2
-    line = result.output.strip()
-    assert "\n" not in line
-    assert line.startswith(f"gridshift: error: {tmp_path.resolve() / 'nowhere.json'}: no such clock plan file")
+    lines = result.output.strip().splitlines()  # both modes name the missing plan: one line each
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith(f"gridshift: error: {policy}:")
+        assert f"clock_plan: {tmp_path.resolve() / 'nowhere.json'}: no such clock plan file" in line
 
 
 @pytest.mark.usefixtures("prefect_harness")

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 def _window_policy(tmp_path: Path, earliest_start_s: float) -> Path:
     policy = yaml.safe_load(POLICY.read_text())
-    policy["job"].update(earliest_start_s=earliest_start_s, deadline_s=25200, expected_duration_s=5)
+    policy["job"].update(earliest_start_s=earliest_start_s, deadline_s=25200, expected_duration_s=5,
+                         workdir=str(POLICY.parent))  # the copy's job still runs beside the example
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(policy))
     return path
@@ -163,6 +164,7 @@ def test_a_refusal_before_the_job_is_recorded_and_closes_everything(tmp_path: Pa
 
     policy = yaml.safe_load(POLICY.read_text())
     policy["backend"]["require_control"] = True
+    policy["job"]["workdir"] = str(POLICY.parent)
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(policy))
     monkeypatch.setattr(training, "create_backend", lambda name, **kw: Unprivileged())

@@ -63,7 +63,8 @@ def test_serve_refuses_when_the_deployment_is_missing(tmp_path):
 
 def test_serve_rejects_a_policy_without_cron(tmp_path):
     policy = tmp_path / "once.yaml"
-    policy.write_text(NIGHTLY.read_text().replace('cron: "0 1 * * *"', "").replace("cron: '0 1 * * *'", ""))
+    policy.write_text(NIGHTLY.read_text().replace('cron: "0 1 * * *"', "").replace("cron: '0 1 * * *'", "")
+                      .replace("  name: nightly-retrain", f"  name: nightly-retrain\n  workdir: {NIGHTLY.parent}"))
     assert "cron" not in policy.read_text()
     out = _serve([str(policy)], _env(tmp_path, PREFECT_API_URL="http://127.0.0.1:9/api"))
     assert out.returncode == 2

@@ -25,6 +25,7 @@ def _policy_file(tmp_path: Path, efficiency: str) -> Path:
     text = EXAMPLE.read_text().replace("    power_limit_fraction: 0.6\n", efficiency)
     p = tmp_path / "policy.yaml"
     p.write_text(text)
+    (tmp_path / "train_tiny.py").write_bytes((EXAMPLE.parent / "train_tiny.py").read_bytes())  # the job beside its policy
     return p
 
 
@@ -71,7 +72,10 @@ def test_a_bad_plan_is_a_policy_error_naming_the_file(tmp_path: Path, content, c
     with pytest.raises(PolicyError) as err:
         load_clock_plans(load_policy(path), path, caps)
     msg = str(err.value)
-    assert msg.startswith(f"{plan_path}:") and fragment in msg and "'efficiency'" in msg
+    # a file that cannot be a plan at all is found by load_policy (at the policy's line); a plan the
+    # device cannot run, by load_clock_plans against the device
+    assert (msg.startswith(f"{plan_path}:") or msg.startswith(f"{path}:")) and str(plan_path) in msg
+    assert fragment in msg and "'efficiency'" in msg
 
 
 # -- power_limit_select --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ rules:
   clean_below_g_per_kwh: 200
   dirty_above_g_per_kwh: 300
   min_dwell_s: {dwell}
-job: {{command: [python, x.py], expected_duration_s: 3600}}
+job: {{command: [python, -c, pass], expected_duration_s: 3600}}
 """
 
 
