@@ -111,7 +111,10 @@ def run_hf(torch: Any, device: str, backend: Any, caps: Any, work: Path, args: a
                                      max_position_embeddings=seq, num_labels=2)
     model = transformers.BertForSequenceClassification(config)
     g = torch.Generator().manual_seed(0)
-    data = [{"input_ids": torch.randint(0, 1000, (seq,), generator=g), "labels": int(i % 2)} for i in range(batch * 64)]
+    # one epoch longer than the whole run: an epoch end inside a profiling window cancels it (Zeus's
+    # "profile inside the first epoch"), so a short epoch would never let the pass finish
+    data = [{"input_ids": torch.randint(0, 1000, (seq,), generator=g), "labels": int(i % 2)}
+            for i in range(batch * (args.steps + 1))]
     cb, mode, gpu = _callback(backend, caps, work / "hf-profiles", "adapters-check-hf", args)
     apply_log = _ApplyLog(backend)
     targs = transformers.TrainingArguments(
@@ -148,7 +151,17 @@ def run_lightning(torch: Any, device: str, backend: Any, caps: Any, work: Path, 
             return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
     g = torch.Generator().manual_seed(0)
-    ds = torch.utils.data.TensorDataset(torch.randn(batch * 8, width, generator=g), torch.randn(batch * 8, 1, generator=g))
+    x, y = torch.randn(batch, width, generator=g), torch.randn(batch, 1, generator=g)
+
+    class Batches(torch.utils.data.Dataset):
+        """One epoch of ``args.steps + 1`` whole batches (the same random batch), for the reason above."""
+
+        def __len__(self) -> int:
+            return args.steps + 1
+
+        def __getitem__(self, i: int) -> Any:
+            return x, y
+
     cb, mode, gpu = _callback(backend, caps, work / "pl-profiles", "adapters-check-lightning", args)
     apply_log = _ApplyLog(backend)
     trainer = pl.Trainer(max_steps=args.steps, accelerator="gpu" if device.startswith("cuda") else "cpu", devices=1,
@@ -156,7 +169,7 @@ def run_lightning(torch: Any, device: str, backend: Any, caps: Any, work: Path, 
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=str(work / "pl-out"), callbacks=[lightning_callback(cb)])
     t0 = time.perf_counter()
-    trainer.fit(MLP(), torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True))
+    trainer.fit(MLP(), torch.utils.data.DataLoader(Batches(), batch_size=None))
     return _report("lightning", cb, mode, gpu, caps, work / "pl-profiles", apply_log, backend, time.perf_counter() - t0, args.steps)
 
 
