@@ -1,7 +1,8 @@
 """A real GPU training job for measured runs: an MLP in bf16 with AdamW for ``--seconds`` seconds.
 
 Prints progress once per second and writes its fraction done to ``GRIDSHIFT_PROGRESS_FILE`` when
-gridshift sets it. Used by ``measured_run.py``; any real training script works the same way.
+gridshift sets it. Run it under ``gridshift run POLICY -- python3 benchmarks/device/gpu_train_job.py``;
+any real training script works the same way.
 """
 
 from __future__ import annotations
