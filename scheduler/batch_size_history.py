@@ -30,6 +30,7 @@ from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Proposal, Tria
 from scheduler.errors import LedgerError
 from scheduler.ledger import gridshift_home
 from scheduler.policy import BatchSizeSearch
+from scheduler.sqlite_file import connect_wal
 
 __all__ = ["BatchSizeHistory", "BSO_SCHEMA_VERSION", "LEARNT_OUTCOMES", "OUTCOMES", "batch_size_config",
            "early_stop_cost"]
@@ -94,8 +95,7 @@ class BatchSizeHistory:
         self.path = Path(path) if path is not None else gridshift_home() / "ledger.sqlite3"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db = connect_wal(self.path, isolation_level=None)
             self._migrate()
         except sqlite3.Error as exc:
             raise LedgerError(f"{self.path}: cannot open the batch-size history: {exc}") from None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.errors import LedgerError
+from scheduler.sqlite_file import connect_wal
 
 __all__ = ["gridshift_home", "Ledger", "LEDGER_SCHEMA_VERSION"]
 
@@ -54,8 +55,7 @@ class Ledger:
         self.path = Path(path) if path is not None else gridshift_home() / "ledger.sqlite3"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db = connect_wal(self.path)
             self._migrate()
         except sqlite3.Error as exc:
             raise LedgerError(f"{self.path}: cannot open the run ledger: {exc}") from None
