@@ -3,10 +3,10 @@
 Forecasters share one hourly grid (``hourly_means``):
 
 * ``daily_profile`` (the default, :func:`daily_profile`; also the simulator's, on the trace's own
-  grid): the median of the same time of day over the last ``days`` days, shifted to start at the
-  latest observed value, the shift fading out over ``blend_steps`` (persistence for the next hours,
-  the daily shape after). Chosen on scheduling outcomes: it ranks the hours of a night better than
-  ``seasonal`` (docs/scheduling.md), though ``seasonal`` has the lower 24 h MAPE.
+  grid): the mean of the same time of day over the last ``days`` days, shifted to the latest
+  observed value. What a start choice needs is the *ranking* of the hours ahead; a shift that fades
+  (persistence first, the profile later) or a median ranked the nights of the 2020 DE and GB traces
+  worse (docs/scheduling.md), though ``seasonal`` has the lower 24 h MAPE.
 * ``seasonal`` (:func:`seasonal_hourly`): a daily profile learned from the last
   ``days`` days (the value at the same hour, recent days weighted more by ``day_decay``), blended
   with the same hour one week earlier (``week_weight``, for the weekday/weekend shape), plus the
@@ -141,12 +141,12 @@ def seasonal_hourly(
     return np.maximum(prof + anomaly * level_decay ** ahead, 0.0)
 
 
-def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int = 14, blend_steps: float = 3.0) -> np.ndarray:
+def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int = 14) -> np.ndarray:
     """The ``steps`` values after the last entry of ``past`` (a regular grid, ``per_day`` values a day; NaN = gap).
 
-    forecast(k) = median over d = 1..days of past[now + k - d x per_day] (stepping back further whole
-    days while that is still in the future) + (last value - that profile at now) x max(0, 1 - k / blend_steps).
-    With no full day of history: the last value (persistence).
+    forecast(k) = mean over d = 1..days of past[now + k - d x per_day] (stepping back further whole
+    days while that is still in the future) + (last value - that profile at now): the daily shape of
+    the last ``days`` days, at today's level. With no full day of history: the last value (persistence).
     """
     past = np.asarray(past, dtype=float)
     now = len(past) - 1
@@ -162,10 +162,13 @@ def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int 
     idx = ahead[None, :] - lags
     idx = np.where(idx > now, idx - per_day * ((idx - now) // per_day + 1), idx)
     sample = past[np.clip(idx, 0, now)]
-    profile = np.nanmedian(sample, axis=0) if np.isnan(sample).any() else np.median(sample, axis=0)
+    if np.isnan(sample).any():
+        counts = (~np.isnan(sample)).sum(axis=0)
+        profile = np.where(counts > 0, np.nansum(sample, axis=0) / np.maximum(counts, 1), np.nan)
+    else:
+        profile = sample.mean(axis=0)
     profile = np.where(np.isnan(profile), current, profile)
-    fade = np.clip(1.0 - np.arange(steps + 1) / max(blend_steps, 1.0), 0.0, 1.0)
-    return np.maximum(profile + (current - profile[0]) * fade, 0.0)[1:]
+    return np.maximum(profile + (current - profile[0]), 0.0)[1:]
 
 
 FORECASTERS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {

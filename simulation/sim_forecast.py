@@ -1,4 +1,4 @@
-"""Forecasts the simulator could have had at each decision. Pure numpy; the rng is passed in.
+"""Forecasts the simulator could have had at each decision. Pure numpy; noise comes from a seed.
 
 A :class:`GridForecaster` answers "standing at grid index ``i``, what do you expect for the next
 ``n`` values?" using only what it is allowed to know:
@@ -45,20 +45,24 @@ class PerfectForecaster:
 
 
 class NoisyTraceForecaster:
-    """The real future with autocorrelated multiplicative error of relative size ``error`` (e.g. 0.1)."""
+    """The real future with autocorrelated multiplicative error of relative size ``error`` (e.g. 0.1).
 
-    def __init__(self, *, error: float, rng: np.random.Generator, correlation: float = 0.9) -> None:
+    The error drawn at a decision depends on ``seed`` and the decision's index only, so a simulation
+    gives the same answer however its jobs are ordered or spread over processes.
+    """
+
+    def __init__(self, *, error: float, seed: int = 0, correlation: float = 0.9) -> None:
         if error < 0:
             raise ValueError("error must be >= 0")
         self.error = error
-        self.rng = rng
+        self.seed = seed
         self.correlation = correlation
 
     def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
         truth = PerfectForecaster().forecast(values, now_index, n)
         if self.error == 0 or n <= 1:
             return truth
-        shocks = self.rng.standard_normal(n)
+        shocks = np.random.default_rng([self.seed, now_index]).standard_normal(n)
         noise = np.empty(n)
         noise[0] = 0.0  # the current value is observed, not forecast
         rho = self.correlation
@@ -71,15 +75,13 @@ class NoisyTraceForecaster:
 class DailyProfileForecaster:
     """:func:`carbon.forecast.daily_profile` on the simulator's grid: past data only."""
 
-    def __init__(self, *, step_s: float, days: int = 14, blend_s: float = 3 * 3600.0) -> None:
+    def __init__(self, *, step_s: float, days: int = 14) -> None:
         self.per_day = max(int(round(86400.0 / step_s)), 1)
         self.days = days
-        self.blend_steps = max(blend_s / step_s, 1.0)
 
     def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
         start = max(now_index - self.days * self.per_day - self.per_day, 0)  # the history it can use
-        ahead = daily_profile(values[start: now_index + 1], n - 1, per_day=self.per_day, days=self.days,
-                              blend_steps=self.blend_steps)
+        ahead = daily_profile(values[start: now_index + 1], n - 1, per_day=self.per_day, days=self.days)
         return np.concatenate(([float(values[now_index])], ahead))
 
 

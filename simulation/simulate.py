@@ -9,10 +9,10 @@ For every cron occurrence whose whole window lies inside the trace, each strateg
 - **best_static**: one mode and one start, the best pair with perfect foresight;
 - **threshold**: the old rule (:func:`scheduler.decide.decide`: start from ``best_start_over_modes``
   on the forecast, then percentile thresholds every interval), with the policy's clean/dirty modes;
-- **gridshift**: the planner (:func:`scheduler.planner.plan_slots`, the flow's code) in receding
-  horizon: from the earliest start, every ``rules.interval_s`` a fresh forecast and a fresh plan with
-  the work left, the running mode (dwell) and the deadline margin; it executes the plan until the next
-  decision;
+- **gridshift**: the planner (:func:`scheduler.planner.plan_slots`, the flow's code) where the
+  product calls it: once at the earliest start to choose the start (the deployment's planning run),
+  then every ``rules.interval_s`` of the run a fresh forecast and a fresh plan with the work left, the
+  running mode (dwell) and the deadline margin; it executes the plan until the next decision;
 - **oracle**: the exact optimum with perfect foresight, no margin and no dwell, on the finest grid
   the other strategies use, so it bounds every one of them from below.
 
@@ -24,6 +24,9 @@ and carbon here are **modelled**; the intensities are real. Time is never read f
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
@@ -42,6 +45,7 @@ from simulation.sim_forecast import GridForecaster
 __all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "simulate", "resample"]
 
 _J_PER_KWH = 3.6e6
+_MIN_JOBS_PER_WORKER = 16  # below this a worker costs more to start than it saves
 STRATEGIES = ("baseline", "static_efficiency", "best_static", "threshold", "gridshift", "oracle")
 
 
@@ -322,7 +326,13 @@ def _threshold(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
 
 def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeFigures], forecaster: GridForecaster, *,
                nominal_s: float, objective: Objective, constraints: PlanConstraints, interval_s: float) -> JobOutcome:
-    """The planner in receding horizon (see the module docstring)."""
+    """The planner at the moments the product asks it (see the module docstring).
+
+    As a deployment does it: one plan at the earliest start chooses the start (the cron's planning
+    run, :func:`scheduler.planning.plan_start`); from the start on, the running flow re-plans every
+    ``interval_s`` with a fresh forecast, the work left and the running mode. A pausable job that the
+    plan pauses waits, without re-planning, for the plan's next window, where its next flow run plans again.
+    """
     job = policy.job
     assert job.deadline_s is not None
     step = truth.step_s
@@ -331,37 +341,52 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
     slot = constraints.slot_s
     pausable = job.checkpointable
     overhead = job.resume_overhead_s if pausable else 0.0
+    names = {m.name: k for k, m in enumerate(modes)}
+    clean = names[policy.rules.clean_mode]
+    steps = max(int(round(interval_s / slot)), 1)
     t, left = earliest_s, job.expected_duration_s
     mode: int | None = None
     since: float | None = None
     started = paused = False
     spans: list[tuple[float, float, int]] = []
     g = e = 0.0
-    while left > 1e-9:
-        i = min(int(t // step), len(truth.values) - 1)
-        n_slots = int(math.ceil(max(deadline_s - t, 0.0) / slot)) + 1
-        n_grid = int(math.ceil((t + n_slots * slot - i * step) / step)) + 1
-        fc = _Grid(forecaster.forecast(truth.values, i, n_grid), step, i * step)
-        intensity = fc.slot_means(t, slot, n_slots)
-        now = t0 + timedelta(seconds=t)
-        pj = PlanJob(work_s=left, not_before=max(now, t0 + timedelta(seconds=earliest_s)),
+
+    def plan(at: float) -> list[int]:
+        i = min(int(at // step), len(truth.values) - 1)
+        n_slots = int(math.ceil(max(deadline_s - at, 0.0) / slot)) + 1
+        n_grid = int(math.ceil((at + n_slots * slot - i * step) / step)) + 1
+        intensity = _Grid(forecaster.forecast(truth.values, i, n_grid), step, i * step).slot_means(at, slot, n_slots)
+        running = mode
+        held = since
+        if started and mode is None and not pausable:
+            running, held = clean, at - constraints.min_dwell_s  # the start has come: only the modes are planned
+        pj = PlanJob(work_s=left, not_before=t0 + timedelta(seconds=max(at, earliest_s)),
                      deadline=t0 + timedelta(seconds=deadline_s), pausable=pausable, resume_overhead_s=overhead,
-                     running_mode=modes[mode].name if mode is not None else None,
-                     running_since=t0 + timedelta(seconds=since) if since is not None else None,
-                     resuming=paused, reference_start=t0 + timedelta(seconds=nominal_s))
-        plan = plan_slots(intensity, pj, modes, now=now, objective=objective, constraints=constraints, explain=False)
-        names = {m.name: k for k, m in enumerate(modes)}
-        steps = max(int(round(interval_s / slot)), 1)
-        todo = [names[s] if s is not None else -1 for s in plan.slot_modes[:steps]]
-        if not todo:
-            todo = [-1] * steps
-        if len(todo) < steps and left > 0:
+                     running_mode=modes[running].name if running is not None else None,
+                     running_since=t0 + timedelta(seconds=held) if held is not None else None,
+                     resuming=paused, reference_start=t0 + timedelta(seconds=max(nominal_s, earliest_s)))
+        p = plan_slots(intensity, pj, modes, now=t0 + timedelta(seconds=at), objective=objective,
+                       constraints=constraints, explain=False)
+        return [names[x] if x is not None else -1 for x in p.slot_modes]
+
+    while left > 1e-9:
+        todo = plan(t)
+        if mode is None:  # not running: wait for the plan's (next) window, which then plans again
+            wait = next((k for k, m in enumerate(todo) if m >= 0), len(todo))
+            if wait > 0:
+                t += wait * slot
+                started = started or not pausable
+                continue
+        todo = (todo[:steps] or [-1]) if todo else [-1]
+        if len(todo) < steps and todo[-1] >= 0:
             todo += [todo[-1]] * (steps - len(todo))
         for k, m in enumerate(todo):
             a = t + k * slot
             if m < 0:
-                if started and mode is not None:
+                if mode is not None:
                     paused, mode, since = True, None, None
+                    t = a
+                    break
                 continue
             if paused:
                 left += overhead
@@ -375,7 +400,8 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
             e += de
             if left <= 1e-9:
                 break
-        t += steps * slot
+        else:
+            t += len(todo) * slot
         if t > deadline_s + 7 * 86400:  # cannot happen with a finite plan; keeps a bug from hanging
             raise RuntimeError("gridshift simulation did not finish")
     return _outcome(nominal_s, deadline_s, spans, g, e, modes)
@@ -424,6 +450,75 @@ def _gcd_s(*xs: float) -> float:
     return float(max(out, 1))
 
 
+@dataclass(frozen=True)
+class _JobContext:
+    """What every job of one simulation shares (sent once to each worker process)."""
+
+    policy: Policy
+    threshold_policy: Policy
+    truth: _Grid
+    t0: datetime
+    modes: tuple[ModeFigures, ...]
+    forecaster: GridForecaster
+    wanted: tuple[str, ...]
+    objective: Objective
+    constraints: PlanConstraints
+    interval_s: float
+    grid_s: float
+    min_gain: float
+    kind: str
+
+
+def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
+    """Every wanted strategy on the occurrence nominally at ``ns`` (trace seconds)."""
+    job, truth, modes = ctx.policy.job, ctx.truth, ctx.modes
+    assert job.deadline_s is not None
+    dl = ns + job.deadline_s
+    earliest = ns + job.earliest_start_s
+    work = job.expected_duration_s
+    clean = [m.name for m in modes].index(ctx.policy.rules.clean_mode)
+    out: dict[str, JobOutcome] = {"baseline": _static(truth, modes, clean, ns, work, ns, dl)}
+    if "static_efficiency" in ctx.wanted:
+        fits = [k for k, m in enumerate(modes) if ns + work / m.speed <= dl + 1e-6] or [clean]
+        frugal = min(fits, key=lambda k: modes[k].joules_per_work_s)
+        out["static_efficiency"] = _static(truth, modes, frugal, ns, work, ns, dl)
+    best = _best_static(truth, modes, earliest, dl, work, ctx.grid_s, ns)
+    if "best_static" in ctx.wanted:
+        out["best_static"] = best
+    if "threshold" in ctx.wanted:
+        out["threshold"] = _threshold(ctx.threshold_policy, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
+                                      min_gain=ctx.min_gain, kind=ctx.kind)
+    out["gridshift"] = _gridshift(ctx.policy, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
+                                  objective=ctx.objective, constraints=ctx.constraints, interval_s=ctx.interval_s)
+    # the DP's work quantum may cost it up to max_rounding against a schedule counted exactly; the
+    # best single-mode schedule is in its search space, so the oracle is the better of the two
+    dp = _oracle(ctx.policy, truth, ctx.t0, modes, nominal_s=ns, grid_s=ctx.grid_s, objective=ctx.objective)
+    out["oracle"] = dp if _cost(dp, ctx.objective) <= _cost(best, ctx.objective) else best
+    return out
+
+
+def _simulate_chunk(ctx: _JobContext, offsets: Sequence[float]) -> list[dict[str, JobOutcome]]:
+    return [_simulate_job(ctx, ns) for ns in offsets]
+
+
+def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None) -> list[dict[str, JobOutcome]]:
+    """Jobs are independent: spread them over ``workers`` processes (default: one per core), in order.
+
+    Forked workers share the trace without copying it; where fork is unavailable it runs in-process.
+    """
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    n = min(n, len(offsets) // _MIN_JOBS_PER_WORKER)
+    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return _simulate_chunk(ctx, offsets)
+    chunks = [offsets[k::n] for k in range(n)]  # interleaved: each worker gets every season
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+        parts = list(pool.map(_simulate_chunk, [ctx] * n, chunks))
+    ordered: list[dict[str, JobOutcome]] = [{}] * len(offsets)
+    for k, part in enumerate(parts):
+        ordered[k::n] = part
+    return ordered
+
+
 def simulate(
     policy: Policy,
     trace: IntensitySeries,
@@ -433,8 +528,13 @@ def simulate(
     forecast_label: str = "daily-profile",
     min_gain: float = 0.03,
     strategies: Sequence[str] = STRATEGIES,
+    workers: int | None = None,
 ) -> SimulationResult:
-    """Replay ``policy``'s recurring job over ``trace`` (see the module docstring)."""
+    """Replay ``policy``'s recurring job over ``trace`` (see the module docstring).
+
+    ``workers``: processes to spread the jobs over (default: one per core; 1 runs in this process).
+    The result does not depend on it: every forecaster answers from the trace and the decision time alone.
+    """
     job = policy.job
     if job.cron is None:
         raise PolicyError("job.cron: simulate needs a recurring job (set job.cron, e.g. '0 1 * * *')")
@@ -465,29 +565,13 @@ def simulate(
                                   slot_s=plan_rule.slot_s, min_gain=plan_rule.min_gain, max_rounding=0.03)
     objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
     grid_s = _gcd_s(step, plan_rule.slot_s, plan_rule.interval_s, threshold_policy.rules.interval_s)
-    clean = names.index(policy.rules.clean_mode)
-    work = job.expected_duration_s
+    ctx = _JobContext(policy=policy, threshold_policy=threshold_policy, truth=truth, t0=t0, modes=tuple(modes),
+                      forecaster=forecaster, wanted=tuple(wanted), objective=objective, constraints=constraints,
+                      interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain, kind=trace.kind)
+    offsets = [(n - t0).total_seconds() for n in nominals]
     out: dict[str, list[JobOutcome]] = {s: [] for s in wanted}
-    for nominal in nominals:
-        ns = (nominal - t0).total_seconds()
-        dl = ns + job.deadline_s
-        earliest = ns + job.earliest_start_s
-        out["baseline"].append(_static(truth, modes, clean, ns, work, ns, dl))
-        if "static_efficiency" in out:
-            fits = [k for k, m in enumerate(modes) if ns + work / m.speed <= dl + 1e-6] or [clean]
-            frugal = min(fits, key=lambda k: modes[k].joules_per_work_s)
-            out["static_efficiency"].append(_static(truth, modes, frugal, ns, work, ns, dl))
-        if "best_static" in out:
-            out["best_static"].append(_best_static(truth, modes, earliest, dl, work, grid_s, ns))
-        if "threshold" in out:
-            out["threshold"].append(_threshold(threshold_policy, truth, t0, modes, forecaster, nominal_s=ns,
-                                               min_gain=min_gain, kind=trace.kind))
-        out["gridshift"].append(_gridshift(policy, truth, t0, modes, forecaster, nominal_s=ns, objective=objective,
-                                           constraints=constraints, interval_s=plan_rule.interval_s))
-        # the DP's work quantum may cost it up to max_rounding against a schedule counted exactly; the
-        # best single-mode schedule is in its search space, so the oracle is the better of the two
-        best = out["best_static"][-1] if "best_static" in out else _best_static(truth, modes, earliest, dl, work, grid_s, ns)
-        dp = _oracle(policy, truth, t0, modes, nominal_s=ns, grid_s=grid_s, objective=objective)
-        out["oracle"].append(dp if _cost(dp, objective) <= _cost(best, objective) else best)
+    for per_job in _map_jobs(ctx, offsets, workers):
+        for name, outcome in per_job.items():
+            out[name].append(outcome)
     return SimulationResult(t0=t0, step_s=step, values=values, outcomes=out, modes=tuple(modes),
                             forecast=forecast_label, clean_mode=policy.rules.clean_mode)

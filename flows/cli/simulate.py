@@ -76,7 +76,6 @@ def simulate(
 def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, plot: Path | None, forecast: str,
               forecast_error: float, seed: int, min_gain: float, profile: Path | None,
               forecast_file: Path | None = None, forecast_column: str | None = None) -> None:
-    import numpy as np
 
     from backends.simulated import SimulatedBackend
     from carbon.errors import BadTrace
@@ -108,7 +107,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         elif forecast == "noisy":
             if not 0 <= forecast_error <= 1:
                 raise PolicyError("--forecast-error must be between 0 and 1")
-            forecaster = NoisyTraceForecaster(error=forecast_error, rng=np.random.default_rng(seed))
+            forecaster = NoisyTraceForecaster(error=forecast_error, seed=seed)
             label = f"noisy (trace + {forecast_error:.0%} error, seed {seed})"
         else:
             raise PolicyError(f"--forecast must be 'history' or 'noisy', not {forecast!r}")

@@ -47,15 +47,11 @@ def choose_quantum(speeds: np.ndarray, slot_s: float, work_s: float, *, max_leve
     """Work quantum (reference seconds): the coarsest whose round-down loses at most ``max_rounding``
     of any mode's work per slot, searched among slot_s / k for k up to what ``max_levels`` allows."""
     k_max = max(int(max_levels * slot_s / max(work_s, 1e-9)), 4)
-    best_k, best_err = k_max, math.inf
-    for k in range(4, k_max + 1):
-        per = speeds * k
-        err = float(np.max((per - np.floor(per + 1e-9)) / per))
-        if err <= max_rounding:
-            return slot_s / k
-        if err < best_err:
-            best_k, best_err = k, err
-    return slot_s / best_k
+    ks = np.arange(4, k_max + 1, dtype=float)
+    per = np.asarray(speeds, dtype=float)[None, :] * ks[:, None]
+    err = np.max((per - np.floor(per + 1e-9)) / per, axis=1)
+    ok = np.flatnonzero(err <= max_rounding)
+    return slot_s / ks[ok[0] if ok.size else int(np.argmin(err))]
 
 
 def solve_slots(
@@ -136,16 +132,19 @@ def solve_slots(
     U = np.full(T + 1, inf)
     cont = np.empty(M * W)
     block = np.empty(M * W)
+    # every slot's running costs at once: one outer product instead of two array operations per slot
+    cont_cost = c[:T, None] * e_cont[None, :]
+    block_cost = (cum[D:T + D] - cum[:T])[:, None] * e_full[None, :] if D > 1 else None
     for t in range(T - 1, -1, -1):
         np.take(V[t + 1], take_c, out=cont)
-        cont += e_cont * c[t]
+        cont += cont_cost[t]
         if tv:
             cont += tv * (t * tv_mask + tv_fin)
         if D == 1:
             sw = cont.reshape(M, W).min(axis=0)
         else:
             np.take(V[t + D], take_b, out=block)
-            block += e_full * (cum[t + D] - cum[t])
+            block += block_cost[t]
             block[fin_pos] = fin_block[t]
             sw = block.reshape(M, W).min(axis=0)
         vt = V[t].reshape(M, W)
