@@ -303,7 +303,7 @@ def _segment_end(plan: RunPlan, t: datetime) -> datetime | None:
 
 def _segment_reason(plan: RunPlan, t: datetime) -> str:
     seg = next((s for s in plan.segments if s.start <= t < s.end), None)
-    return (seg.reason if seg is not None and seg.reason else " ".join(plan.reasons))
+    return (seg.reason if seg is not None and seg.reason else plan.reason)
 
 
 def _follow_plans(policy: Policy, modes: _Modes, *, monitor: CarbonMonitor, start_job: Callable[[dict[str, str]], JobHandle],
@@ -337,7 +337,7 @@ def _follow_plans(policy: Policy, modes: _Modes, *, monitor: CarbonMonitor, star
                 run.warnings.append(note)
         if "plan" not in run.extra:
             run.extra["plan"] = _plan_json(plan)
-            run.reason = " ".join(plan.reasons)
+            run.reason = plan.reason
         return plan
 
     while True:  # one pass per run window

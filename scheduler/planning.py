@@ -144,7 +144,7 @@ def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, no
                            work_s=job.expected_duration_s, not_before=earliest, deadline=deadline,
                            reference_start=max(nominal, earliest))
     first_mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode
-    return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=" ".join(plan.reasons), plan=plan)
+    return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=plan.reason, plan=plan)
 
 
 def _threshold_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime, earliest: datetime,

@@ -102,12 +102,17 @@ def plot_simulation(result: SimulationResult, path: str | Path, *, title: str = 
     s = result.summary()
     unit, scale = _mass_unit(max(s["baseline_g"], 1e-9))
     xs = [at(j.nominal_s) for j in result.baseline]
-    for name, jobs_, colour in (("baseline", result.baseline, "#999"), ("gridshift", result.gridshift, "#2a9d8f"),
-                                ("oracle", result.oracle, "#264653")):
-        ax2.plot(xs, np.cumsum([j.carbon_g for j in jobs_]) / scale, label=name, color=colour)
+    curves = [("baseline", "#999", "-"), ("static_efficiency", "#e9c46a", "--"), ("gridshift", "#2a9d8f", "-"),
+              ("oracle", "#264653", "-")]
+    for name, colour, style in curves:
+        if name in result.outcomes:
+            ax2.plot(xs, np.cumsum([j.carbon_g for j in result.outcomes[name]]) / scale, label=name.replace("_", " "),
+                     color=colour, ls=style)
     ax2.set_ylabel(f"cumulative {unit} CO2 (modelled)")
-    ax2.set_title(f"{s['jobs']} jobs: gridshift saves {s['savings_pct']:.1f}% "
-                  f"(oracle {s['oracle_savings_pct']:.1f}%), {s['deadline_misses']} deadline misses", fontsize=10)
+    static = s["strategies"].get("static_efficiency")
+    versus = f", static efficiency {static['savings_pct']:.1f}%" if static else ""
+    ax2.set_title(f"{s['jobs']} jobs: gridshift saves {s['savings_pct']:.1f}% (oracle {s['oracle_savings_pct']:.1f}%"
+                  f"{versus}), {s['deadline_misses']} deadline misses", fontsize=10)
     ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     for a in (ax, lanes, ax2):
         a.tick_params(axis="x", labelrotation=20, labelsize=8)

@@ -98,6 +98,11 @@ class RunPlan:
     reasons: tuple[str, ...]
     slot_modes: tuple[str | None, ...] = field(default=(), repr=False)  # mode per slot from ``start`` (None = waiting)
 
+    @property
+    def reason(self) -> str:
+        """Every choice's sentence, in one line."""
+        return "; ".join(self.reasons)
+
     def mode_at(self, t: datetime) -> str | None:
         """The planned mode at ``t``; None before the start, in a pause, or after the finish."""
         for s in self.segments:

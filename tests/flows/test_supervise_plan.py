@@ -106,7 +106,7 @@ def test_the_mode_timeline_follows_the_plan_through_clean_dirty_clean() -> None:
     assert end <= T0 + timedelta(hours=7)
     # each span says why, in the plan's words; the report keeps the plan and the figures' sources
     assert all(s.reason for s in run.spans)
-    assert run.reason == " ".join(plan.reasons)
+    assert run.reason == plan.reason
     assert run.extra["plan"]["feasible"] is True
     assert {f["source"] for f in run.extra["mode_figures"]} == {"test figures"}
     assert run.extra["replans"] > 10  # it re-planned every interval, not only at the start
