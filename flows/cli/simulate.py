@@ -62,20 +62,21 @@ def simulate(
     forecast: Annotated[str, typer.Option(help="'history' (built-in forecaster on past data) or 'noisy' (the trace plus --forecast-error).")] = "history",
     forecast_error: Annotated[float, typer.Option(help="Relative error of the 'noisy' forecast, e.g. 0.1.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Random seed of the 'noisy' forecast.")] = 0,
-    min_gain: Annotated[float, typer.Option(help="Shift only when the forecast promises at least this relative gain.")] = 0.03,
+    min_gain: Annotated[float, typer.Option(help="The threshold strategy's start shift: only for at least this relative forecast gain (the planner uses the policy's rules.min_gain).")] = 0.03,
     profile: Annotated[Optional[Path], typer.Option(help="Measured power-limit profile: a Zeus CSV, a stored gridshift profile JSON, or {modes: {name: {power_w, slowdown}}} (default: the simulated backend's model).")] = None,
     forecast_file: Annotated[Optional[Path], typer.Option("--forecast-file", help="Forecasts as issued: CSV of issued_at, valid_for, value; each decision sees the newest issued before it.")] = None,
     forecast_column: Annotated[Optional[str], typer.Option("--forecast-column", help="Value column of --forecast-file when it has several.")] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="Processes to spread the jobs over (default: one per core); the result is the same.")] = None,
 ) -> None:
     """Replay the policy's recurring job over a real trace: strategies side by side, up to the exact oracle."""
     _simulate(policy=policy, trace=trace, column=column, json_out=json_out, plot=plot, forecast=forecast,
               forecast_error=forecast_error, seed=seed, min_gain=min_gain, profile=profile,
-              forecast_file=forecast_file, forecast_column=forecast_column)
+              forecast_file=forecast_file, forecast_column=forecast_column, workers=workers)
 
 
 def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, plot: Path | None, forecast: str,
               forecast_error: float, seed: int, min_gain: float, profile: Path | None,
-              forecast_file: Path | None = None, forecast_column: str | None = None) -> None:
+              forecast_file: Path | None = None, forecast_column: str | None = None, workers: int | None = None) -> None:
 
     from backends.simulated import SimulatedBackend
     from carbon.errors import BadTrace
@@ -111,7 +112,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
             label = f"noisy (trace + {forecast_error:.0%} error, seed {seed})"
         else:
             raise PolicyError(f"--forecast must be 'history' or 'noisy', not {forecast!r}")
-        result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain)
+        result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain, workers=workers)
     except (PolicyError, BadTrace) as exc:
         raise fail(exc, EXIT_INPUT) from None
     except ValueError as exc:
