@@ -34,7 +34,7 @@ _REL = Path("shared") / "data" / "carbon" / "lets-wait-awhile"
 # ../shared beside the repository (a worktree one level deeper finds it one level up)
 DEFAULT_DATA = next((base / _REL for base in (REPO.parent, REPO.parent.parent) if (base / _REL).exists()), REPO.parent / _REL)
 TRACES = {"DE": "ger_ci.csv", "GB": "gb_ci.csv"}
-METHODS = ("seasonal", "persistence", "same_hour_yesterday")
+METHODS = ("daily_profile", "seasonal", "persistence", "same_hour_yesterday")
 LOOKBACK_H = 14 * 24
 HORIZON_H = 24
 

@@ -194,7 +194,7 @@ def forecast_series(
     """Forecast hourly points covering ``(hour of now, now + horizon]`` from ``history`` up to ``now``.
 
     The points keep the history's ``kind``, are marked ``forecast`` and ``estimated``, and name the
-    method in ``source`` (``forecast:seasonal``). NoCoverage when the history has nothing before ``now``.
+    method in ``source`` (``forecast:daily_profile``). NoCoverage when the history has nothing before ``now``.
     """
     hour0 = _floor_hour(now)
     start = hour0 - lookback + _HOUR

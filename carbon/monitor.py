@@ -78,7 +78,7 @@ class Reading:
     true when a cached answer was served because the source failed (``served_from == "cache"``
     and ``stale`` false: served from cache on purpose, within ``refresh_after``). Report both, so
     a run on cached numbers says so.
-    ``forecast_by`` names who made the forecast: ``provider``, ``forecast:seasonal`` (built in), or
+    ``forecast_by`` names who made the forecast: ``provider``, ``forecast:daily_profile`` (built in), or
     empty when there is none. ``failures`` are the sources that failed before this one (and why);
     ``notes`` are non-fatal gaps (no forecast, no history).
     """

@@ -35,6 +35,6 @@ def test_benchmark_script_reports_all_methods(tmp_path: Path, capsys: pytest.Cap
     assert mod.main(["--data-dir", str(tmp_path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     for zone in ("DE", "GB"):
-        assert set(out[zone]) == {"seasonal", "persistence", "same_hour_yesterday", "_meta"}
+        assert set(out[zone]) == {"daily_profile", "seasonal", "persistence", "same_hour_yesterday", "_meta"}
         assert out[zone]["seasonal"]["mape_pct"] < out[zone]["same_hour_yesterday"]["mape_pct"]
     assert mod.main(["--data-dir", str(tmp_path / "missing")]) == 2
