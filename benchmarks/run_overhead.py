@@ -13,7 +13,13 @@ Each figure is the median of ``--repeat`` runs (wall clock, measured); overhead 
 time minus the bare job's; CPU seconds say how much of it is work rather than waiting for a core. The simulated backend and the packaged trace keep it offline.
 ``--repo PATH`` times another checkout's ``gridshift`` (e.g. an older version) the same way.
 
-    python benchmarks/run_overhead.py [--repeat 3] [--json] [--repo PATH]
+Python's bytecode cache is on, as in an installed package (``pip install`` compiles it; Python writes
+it at the first import otherwise): the runs write and read it in a folder of their own
+(``PYTHONPYCACHEPREFIX``), also where the calling environment sets ``PYTHONDONTWRITEBYTECODE``
+(which makes every process compile every module it imports, seconds for Prefect and its server).
+``--no-bytecode-cache`` measures that case instead.
+
+    python benchmarks/run_overhead.py [--repeat 3] [--json] [--repo PATH] [--no-bytecode-cache]
 """
 
 from __future__ import annotations
@@ -112,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose gridshift is timed")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="limit per run")
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="compile every module in every run (PYTHONDONTWRITEBYTECODE=1, no cached bytecode)")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="gridshift-overhead-") as tmp_name:
@@ -123,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         env.update(GRIDSHIFT_HOME=str(tmp / "home"), PREFECT_HOME=str(tmp / "prefect-home"),
                    PYTHONPATH=str(args.repo.resolve()))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        if args.no_bytecode_cache:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            env["PYTHONPYCACHEPREFIX"] = str(tmp / "no-pycache")  # never read another cache, not even the checkout's
+        else:
+            env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")  # filled by the first run, like an install's
         gridshift = [sys.executable, "-c", "from flows.cli import main; main()", "run", str(tmp / "policy.yaml")]
 
         cases: dict[str, list[dict[str, float]]] = {"bare job": [], "gridshift run, temporary server": [],
@@ -150,19 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "measured": True, "repeat": args.repeat, "repo": str(args.repo.resolve()), "cpus": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0], "first_run_ever_s": first_ever["total_s"],
+        "bytecode_cache": not args.no_bytecode_cache,
         "cases": {name: {**m, "overhead_s": m["total_s"] - bare} for name, m in medians.items()},
     }
     if args.json:
         print(json.dumps(result, sort_keys=True))
         return 0
     print(f"gridshift run overhead (measured, median of {args.repeat}; {os.cpu_count()} CPUs, "
-          f"load average {result['load_average_1m']:.1f}; {args.repo.resolve()})")
+          f"load average {result['load_average_1m']:.1f}; bytecode cache {'on' if result['bytecode_cache'] else 'off'}; "
+          f"{args.repo.resolve()})")
     print(f"{'case':<34} {'first line s':>12} {'total s':>8} {'overhead s':>11} {'CPU s':>6}")
     for name, m in result["cases"].items():
         print(f"{name:<34} {m['first_line_s']:>12.2f} {m['total_s']:>8.2f} {m['overhead_s']:>11.2f} {m['cpu_s']:>6.2f}")
     print("CPU s: user+system seconds of the run and the children it waited for (a running server's own work is not in it);"
           " on a busy machine wall times grow, CPU seconds much less")
-    print(f"first run with a new Prefect database (not in the medians): {first_ever['total_s']:.1f} s")
+    print(f"first run with a new Prefect database{'' if args.no_bytecode_cache else ' and bytecode cache'} "
+          f"(not in the medians): {first_ever['total_s']:.1f} s")
     return 0
 
 

@@ -13,11 +13,12 @@ import signal
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from prefect import flow, get_run_logger, task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import TerminationSignal
@@ -29,6 +30,7 @@ from backends.registry import create_backend
 from carbon.monitor import CarbonMonitor, Reading
 from carbon.series import as_utc
 from flows.artifacts import artifact_key, report_markdown
+from flows.flow_parameters import JsonParametersFlow
 from flows.job import JobFailed, JobHandle, start_callable, start_command
 from flows.mode_file import ModeFileChannel, mode_batch_sizes
 from flows.run_ids import new_run_id
@@ -237,7 +239,7 @@ def _utc(iso: str | None) -> datetime | None:
     return as_utc(datetime.fromisoformat(iso)) if iso else None
 
 
-@flow(name="carbon_aware_training", log_prints=True, validate_parameters=False)
+@partial(JsonParametersFlow, name="carbon_aware_training", log_prints=True, validate_parameters=False)
 def carbon_aware_training(
     policy_path: str,
     run_id: str | None = None,

@@ -73,11 +73,13 @@ def resumed_run(state: dict[str, Any] | None) -> SupervisedRun:
 def flow_run_deployment() -> str | None:
     """The id of the deployment this flow run belongs to, or None (a plain ``gridshift run``)."""
     from prefect.context import FlowRunContext
-    from prefect.runtime import deployment
 
-    if FlowRunContext.get() is None:
+    # the engine's own copy of the flow run: ``prefect.runtime.deployment.id`` reads the flow run
+    # from the API again (one round trip, and Prefect's loop thread started, on every run)
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None or ctx.flow_run.deployment_id is None:
         return None
-    return deployment.id
+    return str(ctx.flow_run.deployment_id)
 
 
 def next_window_parameters(current: dict[str, Any], accepted: set[str], run: SupervisedRun, *, run_id: str,
