@@ -18,7 +18,7 @@ _LABELS = {
     "static_efficiency": "static efficiency at nominal",
     "best_static": "best static mode + best start (perfect foresight)",
     "threshold": "threshold rule (old decide)",
-    "gridshift": "gridshift (planner, receding horizon)",
+    "gridshift": "gridshift (planner: start, then modes re-planned)",
     "oracle": "oracle (exact, perfect foresight)",
 }
 
