@@ -25,7 +25,8 @@ def _hermetic_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory):
-    """ONE real `prefect server start` on loopback for the whole session (tests/flows/local_server.py):
+    """ONE real `prefect server start` on loopback for the whole session (tests/flows/local_server.py;
+    under pytest-xdist one per worker that needs it, started when its first test does):
     subprocess clients take ``prefect_server.env_for(tmp_path)``; outage tests may ``stop()`` and
     ``start()`` it (same port and database). Skips locally, FAILS in CI, when it does not come up."""
     from tests.flows.local_server import LocalPrefectServer
@@ -52,9 +53,16 @@ def prefect_harness(prefect_server):
     import prefect.context
     from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+    from flows.prefect_server import drain_prefect_workers
+
     with temporary_settings({PREFECT_API_URL: prefect_server.url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
-            yield
+            try:
+                yield
+            finally:
+                # what is still queued goes now, while the server is up: at exit Prefect would retry
+                # it against a stopped server for over a minute
+                drain_prefect_workers()
 
 
 @pytest.fixture
