@@ -64,8 +64,15 @@ def _group(pgid: int) -> list[int]:
     return [p for p, _, g in _procs() if g == pgid]
 
 
+@pytest.fixture(scope="module")
+def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One PREFECT_HOME for the module's runs, as a user's runs share ~/.prefect: the first run's
+    temporary server creates and migrates its database, the next one's finds it ready."""
+    return tmp_path_factory.mktemp("prefect-home")
+
+
 @pytest.fixture
-def run_env(tmp_path: Path) -> dict[str, str]:
+def run_env(tmp_path: Path, prefect_home: Path) -> dict[str, str]:
     state = default_state(gpus=1)
     state["gpus"][0]["power_limit_mw"] = ADMIN_LIMIT_MW
     write_state(tmp_path / "nvml.json", state)
@@ -73,7 +80,7 @@ def run_env(tmp_path: Path) -> dict[str, str]:
            if not k.startswith("PREFECT_") and k not in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK")}
     env.update(PYTHONPATH=str(REPO), GRIDSHIFT_NVML_MODULE="tests.fakes.fake_nvml",
                GRIDSHIFT_FAKE_NVML_STATE=str(tmp_path / "nvml.json"), GRIDSHIFT_HOME=str(tmp_path / "home"),
-               PREFECT_HOME=str(tmp_path / "prefect-home"))
+               PREFECT_HOME=str(prefect_home))
     return env
 
 
