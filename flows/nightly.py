@@ -1,17 +1,30 @@
-"""The nightly retraining flow that a Prefect deployment runs: plan, defer through Prefect, train.
+"""The nightly retraining flow that a Prefect deployment runs: train now, or plan and defer through Prefect.
 
-The deployment's cron fires at the earliest allowed start of each occurrence (see
-:func:`flows.deploy.planning_cron`). That *planning run* reads the forecast, picks the start with
-:func:`scheduler.planning.plan_start`, and, when the start is later than now, creates a new flow run
-of the same deployment **scheduled at the chosen time** (``run_deployment(..., scheduled_time=...)``)
-and ends. Prefect's scheduler and the worker start it then; no worker slot or process sits idle for
-hours in between, the deferral is visible in the UI as a Scheduled run, and it survives worker
-restarts. The deferred run (``planned_start`` set) trains at once.
+Two kinds of run, told apart by the ``plan`` parameter:
+
+* **a training run** (``plan=False``, the default): what ``prefect deployment run``, the UI's "Run"
+  button and every deferred run are. It trains at once: Prefect started it, so its own scheduled
+  time has come (a deferred run moved earlier in the UI simply trains earlier, and decides its modes
+  for the moment it really starts). Nothing in it sleeps, so it never holds a worker or a
+  concurrency slot while waiting.
+* **a planning run** (``plan=True``): what the deployment's cron creates (its schedule carries
+  ``parameters: {plan: true}``, see :func:`flows.deploy.deploy_policy`). It reads the forecast,
+  picks the start with :func:`scheduler.planning.plan_start` and, when the start is later than now,
+  creates a flow run of the same deployment **scheduled at the chosen time**
+  (``run_deployment(..., scheduled_time=...)``) and ends. The deferral is a Scheduled flow run in
+  Prefect until its time: visible and movable in the UI, it survives worker restarts, and no worker
+  slot or process sits idle for hours. Outside a deployment (a plain call) there is nothing to defer
+  through, so the planning run waits for the start itself.
+
+The training flow runs *inside* this flow run (its body, not a subflow), so its logs, tasks and
+report artifact are in the run the user triggered.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -39,53 +52,140 @@ def _deployment_name() -> str | None:
     return f"{flow_run.flow_name}/{deployment.name}"
 
 
+def _enter_workdir(workdir: str | None) -> None:
+    """Run from the directory the deployment was made from (relative paths in the policy mean that)."""
+    if not workdir:
+        return
+    from scheduler.errors import PolicyError
+
+    if not Path(workdir).is_dir():
+        raise PolicyError(f"{workdir}: the deployment's working directory does not exist on this node "
+                          f"({os.uname().nodename}); deploy from a path every worker node has")
+    os.chdir(workdir)
+
+
 @flow(name="gridshift-nightly", log_prints=True, validate_parameters=False)
 def nightly_retrain(
     policy_path: str,
-    planned_start: str | None = None,
+    plan: bool = False,
     nominal_start: str | None = None,
     ledger_path: str | None = None,
+    workdir: str | None = None,
+    planned_start: str | None = None,
+    site: str | None = None,
     run_id: str | None = None,
     resume: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Plan this occurrence and defer it through Prefect, or (when it is time) train under the policy.
+    """Train now under the policy, or (``plan=True``) plan this occurrence and defer it through Prefect.
 
+    ``nominal_start`` (ISO-8601) is the occurrence's nominal time; a training run without one counts
+    its deadline from now. ``planned_start`` is informational (what the planner chose): a training
+    run never waits for it, since Prefect starts the run at its scheduled time. ``site`` (one of the
+    policy's sites; set by the per-site deployments): the run holds ``job.gpus`` of that node's GPU
+    slots while it trains and pins those GPUs; when they are busy it waits as a Scheduled flow run.
     ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.windows`).
     """
-    from flows.sources import monitor_for
     from flows.training import carbon_aware_training
+
+    _enter_workdir(workdir)
+    if plan:
+        deferred = _plan_and_defer(policy_path, ledger_path=ledger_path, workdir=workdir)
+        if "deferred_to" in deferred:
+            return deferred
+        nominal_start, planned_start = deferred["nominal_start"], deferred["planned_start"]
+        # soon, or no deployment to defer through: this run waits for the start itself
+        return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
+                                        planned_start=planned_start, ledger_path=ledger_path)
+    if planned_start:
+        get_run_logger().info("planned start was %s UTC; training now", planned_start[:16].replace("T", " "))
+    if site is None:
+        return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start, ledger_path=ledger_path,
+                                        start_now=True, run_id=run_id, resume=resume)
+    return _train_on_site(policy_path, site, nominal_start=nominal_start, ledger_path=ledger_path, workdir=workdir,
+                          planned_start=planned_start, run_id=run_id, resume=resume)
+
+
+#: how long a run that found its node's GPUs busy waits (as a Scheduled flow run) before trying again
+GPU_RETRY_S = 30.0
+
+
+def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, ledger_path: str | None,
+                   workdir: str | None, planned_start: str | None, run_id: str | None,
+                   resume: dict[str, Any] | None) -> dict[str, Any]:
+    from flows.gpus import GpusBusy, hold_gpus, pin_environment
+    from flows.training import carbon_aware_training
+    from scheduler.ledger import gridshift_home
+    from scheduler.policy_io import load_policy
+    from scheduler.sites import site_named
+
+    policy = load_policy(policy_path)
+    node = site_named(policy, site)
+    try:
+        with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks") as held:
+            get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
+            with pin_environment(held.devices):
+                return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
+                                                ledger_path=ledger_path, start_now=True, site=site,
+                                                report_extra=held.as_report(), run_id=run_id, resume=resume)
+    except GpusBusy as busy:
+        return _wait_in_prefect(str(busy), {"policy_path": policy_path, "plan": False, "nominal_start": nominal_start,
+                                            "ledger_path": ledger_path, "workdir": workdir,
+                                            "planned_start": planned_start, "site": site, "run_id": run_id,
+                                            "resume": resume})
+
+
+def _wait_in_prefect(why: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """End this run and schedule the same run again a little later, so no worker waits for the GPUs."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import deployment, flow_run
+    from prefect.states import Scheduled
+
+    logger = get_run_logger()
+    again = datetime.now(timezone.utc) + timedelta(seconds=GPU_RETRY_S)
+    if deployment.id is None:  # a plain call has nothing to schedule through: say so and fail
+        from flows.gpus import GpusBusy
+
+        raise GpusBusy(why)
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run_from_deployment(
+            deployment.id, parameters=parameters, state=Scheduled(scheduled_time=again, name="AwaitingGPUs"),
+            idempotency_key=f"{flow_run.id}:gpus", tags=["gridshift", "awaiting-gpus"])
+    logger.info("%s: flow run %s waits in Prefect until %s UTC, then tries again", why, run.id, f"{again:%H:%M:%S}")
+    return {"awaiting_gpus": why, "flow_run_id": str(run.id), "retry_at": again.isoformat()}
+
+
+def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
+    """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
+    from flows.sources import monitor_for
     from scheduler.planning import plan_start, run_key
     from scheduler.policy_io import load_policy
 
     logger = get_run_logger()
     policy = load_policy(policy_path)
     now = datetime.now(timezone.utc)
-    if planned_start is None:
-        fired = _scheduled_time(now)
-        nominal = fired - timedelta(seconds=min(policy.job.earliest_start_s, 0.0))
-        monitor = monitor_for(policy)
-        try:
-            reading = monitor.read(now)
-        finally:
-            monitor.close()
-        decision = plan_start(policy, reading.series, nominal=nominal, now=now)
-        logger.info("plan for %s: start %s UTC — %s", nominal.isoformat(), f"{decision.start_at:%Y-%m-%d %H:%M}",
-                    decision.reason)
-        name = _deployment_name()
-        if name is not None and (decision.start_at - now).total_seconds() > _DEFER_MIN_S:
-            from prefect.deployments import run_deployment
+    fired = _scheduled_time(now)
+    nominal = fired - timedelta(seconds=min(policy.job.earliest_start_s, 0.0))
+    monitor = monitor_for(policy)
+    try:
+        reading = monitor.read(now)
+    finally:
+        monitor.close()
+    decision = plan_start(policy, reading.series, nominal=nominal, now=now)
+    logger.info("plan for %s: start %s UTC — %s", nominal.isoformat(), f"{decision.start_at:%Y-%m-%d %H:%M}",
+                decision.reason)
+    name = _deployment_name()
+    out: dict[str, Any] = {"nominal_start": nominal.isoformat(), "planned_start": decision.start_at.isoformat(),
+                           "reason": decision.reason}
+    if name is None or (decision.start_at - now).total_seconds() <= _DEFER_MIN_S:
+        return out
+    from prefect.deployments import run_deployment
 
-            run = run_deployment(
-                name=name,
-                parameters={"policy_path": policy_path, "planned_start": decision.start_at.isoformat(),
-                            "nominal_start": nominal.isoformat(), "ledger_path": ledger_path},
-                scheduled_time=decision.start_at, timeout=0, as_subflow=False,
-                idempotency_key=run_key(policy, nominal), tags=["gridshift", "deferred"],
-            )
-            logger.info("deferred: flow run %s is scheduled for %s UTC", run.id, f"{decision.start_at:%H:%M}")
-            return {"deferred_to": decision.start_at.isoformat(), "flow_run_id": str(run.id),
-                    "nominal_start": nominal.isoformat(), "reason": decision.reason}
-        nominal_start = nominal.isoformat()
-        planned_start = decision.start_at.isoformat()  # soon, or no deployment to defer through: wait here
-    return carbon_aware_training(policy_path=policy_path, nominal_start=nominal_start, planned_start=planned_start,
-                                 ledger_path=ledger_path, run_id=run_id, resume=resume)
+    run = run_deployment(
+        name=name,
+        parameters={"policy_path": policy_path, "plan": False, "nominal_start": nominal.isoformat(),
+                    "planned_start": decision.start_at.isoformat(), "ledger_path": ledger_path, "workdir": workdir},
+        scheduled_time=decision.start_at, timeout=0, as_subflow=False,
+        idempotency_key=run_key(policy, nominal), tags=["gridshift", "deferred"],
+    )
+    logger.info("deferred: flow run %s is scheduled for %s UTC", run.id, f"{decision.start_at:%H:%M}")
+    return {**out, "deferred_to": decision.start_at.isoformat(), "flow_run_id": str(run.id)}

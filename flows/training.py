@@ -51,6 +51,7 @@ from scheduler.policy import Policy
 from scheduler.policy_checks import job_cwd
 from scheduler.policy_io import load_policy
 from scheduler.report import RunReport, deadline_miss
+from scheduler.sites import policy_at_site
 
 __all__ = ["carbon_aware_training", "new_run_id", "quiet_domain_tracebacks"]
 
@@ -185,8 +186,8 @@ def write_ledger(report: dict[str, Any], ledger_path: str | None) -> None:
 
 @task(name="record report", cache_policy=NO_CACHE)
 def publish_artifact(report: dict[str, Any]) -> None:
-    create_markdown_artifact(key=artifact_key(report["job"]), markdown=report_markdown(report),
-                             description=f"gridshift run {report['run_id']}")
+    create_markdown_artifact(key=artifact_key(report["run_id"]), markdown=report_markdown(report),
+                             description=f"gridshift run {report['run_id']} of {report['job']}")
 
 
 @dataclass
@@ -249,6 +250,9 @@ def carbon_aware_training(
     nominal_start: str | None = None,
     planned_start: str | None = None,
     resume: dict[str, Any] | None = None,
+    start_now: bool = False,
+    report_extra: dict[str, Any] | None = None,
+    site: str | None = None,
 ) -> dict[str, Any]:
     """Run the policy's job (or ``command``) under the policy; returns the report dict.
 
@@ -260,10 +264,14 @@ def carbon_aware_training(
     ``nominal_start`` (ISO-8601) is the occurrence's nominal time (default: now): the deadline and
     the reported deferral count from it, and the job may start from ``nominal + earliest_start_s``
     (before it when negative). ``planned_start`` (ISO-8601, from a planner) is when to start; default
-    now. The mode is decided at the real start time, on the intensity read then.
+    now. ``start_now``: the caller's own scheduled time has come (a deployment run that Prefect
+    started, perhaps moved earlier by hand), so nothing is waited for. The mode is decided at the
+    real start time, on the intensity read then. ``report_extra`` goes into the report's ``extra``
+    (the caller's context, e.g. the site and the GPUs the run holds). ``site``: one of the policy's
+    sites; the run reads that site's grid.
     """
     logger = get_run_logger()
-    policy = load_policy(policy_path)
+    policy = policy_at_site(load_policy(policy_path), site)
     load_clock_plans(policy, policy_path)  # bad plan files are bad input: fail before any waiting
     run_id = run_id or new_run_id()
     nominal = _utc(nominal_start) or _utcnow()
@@ -271,7 +279,8 @@ def carbon_aware_training(
     earliest = nominal + timedelta(seconds=policy.job.earliest_start_s)
     monitor = monitor_for(policy)  # a bad carbon source is bad input: fail before any waiting
     try:
-        wait_until(max(_utc(planned_start) or _utcnow(), earliest))
+        if not start_now:  # a waiting run must be a Scheduled flow run in Prefect, not a sleeping worker
+            wait_until(max(_utc(planned_start) or _utcnow(), earliest))
         now = _utcnow()  # read and decide for the moment the job really starts, not the nominal time
         reading = read_intensity(monitor, now)
         for failure in reading.failures:
@@ -365,7 +374,7 @@ def carbon_aware_training(
         logger.warning(late_warning)
         warnings.append(late_warning)
     energy_j = run.energy_j
-    extra = dict(run.extra)
+    extra = {**(report_extra or {}), **run.extra}
     if raised is not None:  # so the CLI can map e.g. a GPU lost mid-run to its exit code
         extra["error_type"] = f"{type(raised).__module__}:{type(raised).__qualname__}"
     if paused:

@@ -25,6 +25,7 @@ __all__ = [
     "BatchSizeSearch",
     "JobSpec",
     "BackendConfig",
+    "Site",
     "Policy",
     "unknown_mode_message",
 ]
@@ -205,6 +206,7 @@ class JobSpec(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the command")
     workdir: Path | None = Field(default=None, description="working directory for the command (default: the current directory)")
     batch_size_search: BatchSizeSearch | None = Field(default=None, description="search space of 'batch_size: auto' modes")
+    gpus: int = Field(default=1, ge=1, description="GPUs the job uses on one node; on a site, it holds that many of the node's GPU slots while it trains")
 
     @field_validator("command", mode="before")
     @classmethod
@@ -239,6 +241,22 @@ class BackendConfig(Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
 
 
+class Site(Strict):
+    """One place the job may run: a GPU node behind a Prefect work pool (or queue), on one grid.
+
+    The planner chooses the site together with the start; a run there holds ``job.gpus`` of the
+    node's ``gpus_per_node`` slots (a Prefect global concurrency limit) while it trains.
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="lowercase letters, digits and dashes (Prefect names are built from it)")
+    work_pool: str = Field(description="the Prefect work pool whose worker runs on this node")
+    work_queue: str | None = Field(default=None, description="a work queue of that pool, when several nodes share one pool")
+    carbon: CarbonSource = Field(description="the grid signal at this site (provider and zone)")
+    gpus_per_node: int = Field(gt=0, description="GPUs on the node")
+    price_per_gpu_h: float | None = Field(default=None, ge=0, description="cost of one GPU hour here; reported, and breaks ties between equally clean sites")
+    power_cap_w: float | None = Field(default=None, gt=0, description="the most a GPU may draw here; modes above it are not used at this site")
+
+
 class Policy(Strict):
     """A gridshift policy file."""
 
@@ -249,6 +267,7 @@ class Policy(Strict):
     objective: Objective = Field(default_factory=Objective)
     job: JobSpec
     backend: BackendConfig = Field(default_factory=BackendConfig)
+    sites: tuple[Site, ...] = Field(default=(), description="where the job may run; empty: wherever it is started")
 
     @model_validator(mode="after")
     def _modes_exist(self) -> "Policy":
@@ -261,6 +280,12 @@ class Policy(Strict):
         auto = [name for name, m in self.modes.items() if m.batch_size == "auto"]
         if auto and self.job.batch_size_search is None:
             raise ValueError(f"mode {auto[0]!r} says batch_size: auto: give job.batch_size_search (sizes, default)")
+        names = [site.name for site in self.sites]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sites: names must be unique (got {', '.join(names)})")
+        for site in self.sites:
+            if site.gpus_per_node < self.job.gpus:
+                raise ValueError(f"sites: {site.name} has {site.gpus_per_node} GPU(s) per node, the job needs {self.job.gpus}")
         return self
 
 

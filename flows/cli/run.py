@@ -14,7 +14,7 @@ from typing import Annotated, Any, Iterator, Optional
 import typer
 
 from flows.cli import FINISHED_CLEANLY, app
-from flows.cli._errors import EXIT_ENV, EXIT_FAILED, exit_code_for_type, fail
+from flows.cli._errors import EXIT_ENV, EXIT_FAILED, EXIT_INPUT, exit_code_for_type, fail
 from flows.cli._signals import StopSignals
 from flows.prefect_server import STOP_GRACE_S, PrefectServerError, TemporaryServer, configured_api_url, drain_prefect_workers
 from flows.run_ids import new_run_id
@@ -234,12 +234,26 @@ def runs(
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
     job: Annotated[Optional[str], typer.Option(help="Only runs of this job.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many runs, newest first.")] = 20,
+    source: Annotated[str, typer.Option("--from", help="ledger (this machine's runs) or prefect (every node's runs, "
+                                        "from the run artifacts on the Prefect server at PREFECT_API_URL).")] = "ledger",
 ) -> None:
-    """List recorded runs (newest first) from the ledger."""
+    """List recorded runs (newest first) from the ledger, or from the Prefect API (`--from prefect`)."""
     from scheduler.ledger import Ledger
 
-    with Ledger() as ledger:
-        rows = ledger.runs(job=job, limit=limit)
+    if source not in ("ledger", "prefect"):
+        raise fail(f"--from: expected 'ledger' or 'prefect', got {source!r}", EXIT_INPUT)
+    if source == "prefect":
+        from flows.fleet_runs import runs_from_prefect
+
+        try:
+            rows = runs_from_prefect(job=job, limit=limit)
+        except Exception as exc:  # server down or unreachable
+            raise fail(f"cannot read runs from the Prefect API: {type(exc).__name__}: {exc}", EXIT_ENV) from None
+        where = "the Prefect API"
+    else:
+        with Ledger() as ledger:
+            rows = ledger.runs(job=job, limit=limit)
+        where = f"ledger: {ledger.path}"
     for r in rows:  # on stderr, so --json stays one object on stdout
         if r.get("late_s"):
             typer.echo(f"warning: run {r['run_id']} of {r['job']} finished {r['late_s']:.0f} s after its deadline", err=True)
@@ -247,12 +261,16 @@ def runs(
         typer.echo(json.dumps(rows, sort_keys=True))
         return
     if not rows:
-        typer.echo(f"no runs of job {job!r} recorded (ledger: {ledger.path})" if job else f"no runs recorded yet (ledger: {ledger.path})")
+        typer.echo(f"no runs of job {job!r} recorded ({where})" if job else f"no runs recorded yet ({where})")
         return
-    typer.echo(f"{'run id':<24} {'job':<16} {'status':<9} {'backend':<10} {'energy J':>10} {'carbon g':>9} {'time s':>8}")
+    sites = any("site" in (r.get("extra") or {}) for r in rows)
+    typer.echo(f"{'run id':<24} {'job':<16} {'status':<9} {'backend':<10} {'energy J':>10} {'carbon g':>9} {'time s':>8}"
+               + ("  site" if sites else ""))
     for r in rows:
         tag = "" if r["measured"] else "*"
+        site = (r.get("extra") or {}).get("site", "-") if sites else ""
         typer.echo(f"{r['run_id']:<24} {r['job'][:16]:<16} {r['status']:<9} {r['backend']:<10} "
-                   f"{r['energy_j']:>9.1f}{tag or ' '} {r['carbon_g']:>9.4f} {r['duration_s']:>8.1f}")
+                   f"{r['energy_j']:>9.1f}{tag or ' '} {r['carbon_g']:>9.4f} {r['duration_s']:>8.1f}"
+                   + (f"  {site}" if sites else ""))
     if any(not r["measured"] for r in rows):
         typer.echo("* simulated backend: modelled energy")

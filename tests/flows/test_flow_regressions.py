@@ -181,18 +181,28 @@ def test_a_refusal_before_the_job_is_recorded_and_closes_everything(tmp_path: Pa
     assert row["extra"]["error_type"] == "backends.errors:NoPermission"
 
 
-def test_nightly_passes_its_planned_start_to_the_training_flow(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nightly_trains_now_unless_it_is_a_planning_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run started by hand or a deferred run trains at once (it never waits on planned_start); only a
+    planning run (plan=True) plans, and outside a deployment it hands its planned start to the training."""
     import flows.training as training
     from flows.nightly import nightly_retrain
 
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(training, "carbon_aware_training", lambda **kwargs: calls.append(kwargs) or {})
+
+    class Recorder:
+        @staticmethod
+        def fn(**kwargs: Any) -> dict[str, Any]:
+            calls.append(kwargs)
+            return {}
+
+    monkeypatch.setattr(training, "carbon_aware_training", Recorder)
     planned = "2026-01-01T23:00:00+00:00"
     nightly_retrain(policy_path=str(REPO / "examples" / "nightly.yaml"), planned_start=planned,
                     nominal_start="2026-01-02T01:00:00+00:00", ledger_path=str(tmp_path / "l.sqlite3"))
-    assert calls[0]["planned_start"] == planned and calls[0]["nominal_start"] == "2026-01-02T01:00:00+00:00"
+    (call,) = calls
+    assert call["start_now"] is True and "planned_start" not in call
+    assert call["nominal_start"] == "2026-01-02T01:00:00+00:00"
     calls.clear()
-    nightly_retrain(policy_path=str(REPO / "examples" / "nightly.yaml"), ledger_path=str(tmp_path / "l.sqlite3"))
+    nightly_retrain(policy_path=str(REPO / "examples" / "nightly.yaml"), plan=True, ledger_path=str(tmp_path / "l.sqlite3"))
     (call,) = calls  # no deployment to defer through: it trains in this run, at the planned start
-    assert call["planned_start"] is not None and call["nominal_start"] is not None
+    assert call["planned_start"] is not None and call["nominal_start"] is not None and not call.get("start_now")

@@ -1,0 +1,90 @@
+"""Fleet pieces without a server: sites in the policy, the deploy-time source check, run artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.artifacts import artifact_key, report_from_markdown, report_markdown
+from flows.deploy import check_source
+from scheduler.errors import PolicyError
+from scheduler.policy_io import load_policy
+from scheduler.sites import policy_at_site
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _with_sites(tmp_path: Path, sites: list[dict], gpus: int = 1) -> Path:
+    spec = yaml.safe_load((REPO / "examples" / "nightly.yaml").read_text())
+    spec["job"]["gpus"] = gpus
+    spec["sites"] = sites
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+SITE_DE = {"name": "de", "work_pool": "gpu-de", "gpus_per_node": 2,
+           "carbon": {"provider": "static", "zone": "DE", "options": {"country": "DEU"}}}
+SITE_GB = {"name": "gb", "work_pool": "gpu-gb", "work_queue": "node-1", "gpus_per_node": 4, "price_per_gpu_h": 2.5,
+           "carbon": {"provider": "ukgrid"}}
+
+
+def test_a_site_brings_its_own_grid(tmp_path: Path) -> None:
+    policy = load_policy(_with_sites(tmp_path, [SITE_DE, SITE_GB]))
+    at_de = policy_at_site(policy, "de")
+    assert (at_de.carbon.provider, at_de.carbon.zone, at_de.carbon.fallbacks) == ("static", "DE", ())
+    assert at_de.carbon.max_staleness_s == policy.carbon.max_staleness_s
+    assert policy_at_site(policy, None) is policy
+    with pytest.raises(PolicyError, match="sites: de, gb"):
+        policy_at_site(policy, "fr")
+
+
+@pytest.mark.parametrize("sites,gpus,message", [
+    ([SITE_DE, SITE_DE], 1, "names must be unique"),
+    ([SITE_DE], 3, "de has 2 GPU"),
+    ([{**SITE_DE, "name": "DE 1"}], 1, "sites"),
+])
+def test_bad_sites_are_bad_input(tmp_path: Path, sites: list[dict], gpus: int, message: str) -> None:
+    with pytest.raises(PolicyError, match=message):
+        load_policy(_with_sites(tmp_path, sites, gpus))
+
+
+def test_the_source_is_checked_when_deploying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GRIDSHIFT_REPO", raising=False)
+    monkeypatch.chdir(REPO)
+    assert check_source(policy_path="examples/nightly.yaml") == {"directory": str(REPO)}
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PolicyError, match="GRIDSHIFT_REPO is not set") as err:
+        check_source()
+    assert "\n" not in str(err.value)
+    monkeypatch.setenv("GRIDSHIFT_REPO", str(REPO))
+    assert check_source()["directory"] == str(REPO)
+    with pytest.raises(PolicyError, match="policy_path does not exist"):
+        check_source(policy_path="examples/missing.yaml")
+
+
+def test_prefect_yaml_resolves_the_checkout_at_deploy_time() -> None:
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    (step,) = spec["build"]
+    assert step["flows.deploy.check_source"]["id"] == "source"
+    (pull,) = spec["pull"]
+    assert pull["prefect.deployments.steps.set_working_directory"]["directory"] == "{{ source.directory }}"
+    (dep,) = spec["deployments"]
+    assert dep["schedules"][0]["parameters"] == {"plan": True}
+    assert "env" not in dep["work_pool"].get("job_variables", {})  # one ledger, wherever the run came from
+
+
+def test_a_run_artifact_carries_its_report(tmp_path: Path) -> None:
+    from scheduler.ledger import Ledger  # noqa: F401  (the report shape is the ledger's)
+
+    report = {"run_id": "20260101T010203-ab12cd", "status": "completed", "job": "nightly", "policy": "p.yaml",
+              "backend": "simulated", "energy_label": "modelled", "decision_reason": "clean", "energy_j": 1.0,
+              "duration_s": 2.0, "carbon_g": 0.1, "intensity_kind": "average", "intensity_g_per_kwh": 100.0,
+              "intensity_source": "trace", "deferred_s": 0.0, "modes": [], "extra": {"site": "de", "gpus": [1]}}
+    assert artifact_key(report["run_id"]) == "gridshift-run-20260101t010203-ab12cd"
+    markdown = report_markdown(report)
+    assert "**Site** de" in markdown
+    assert report_from_markdown(markdown) == report
+    assert report_from_markdown("# some other artifact") is None

@@ -1,0 +1,82 @@
+"""GPU slots: a Prefect global concurrency limit per site, node-local device locks, and pinning.
+
+Against the session's real Prefect API server (prefect_harness); no waiting anywhere: a busy node is
+GpusBusy at once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from flows.gpus import GpusBusy, ensure_gpu_limits, gpu_limit_name, hold_gpus, pin_environment
+
+
+def test_a_node_never_hands_out_more_gpus_than_it_has(prefect_harness, tmp_path: Path) -> None:
+    site = f"node-{os.getpid()}"
+    assert ensure_gpu_limits({site: 2}) == [f"created global concurrency limit {gpu_limit_name(site)} (2 GPU slots)"]
+    assert ensure_gpu_limits({site: 2}) == []  # idempotent
+    with hold_gpus(site, 1, 2, lock_dir=tmp_path) as first:
+        with hold_gpus(site, 1, 2, lock_dir=tmp_path) as second:
+            assert {first.devices, second.devices} == {(0,), (1,)}
+            with pytest.raises(GpusBusy):
+                with hold_gpus(site, 1, 2, lock_dir=tmp_path):
+                    pass
+        with pytest.raises(GpusBusy):  # one free, two asked
+            with hold_gpus(site, 2, 2, lock_dir=tmp_path):
+                pass
+    with hold_gpus(site, 2, 2, lock_dir=tmp_path) as both:  # all released on exit
+        assert both.devices == (0, 1)
+        assert both.as_report()["gpu_limit"] == gpu_limit_name(site)
+
+
+def test_a_site_without_its_limit_is_an_error_not_an_unlimited_node(prefect_harness, tmp_path: Path) -> None:
+    from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
+
+    with pytest.raises(ConcurrencySlotAcquisitionError):
+        with hold_gpus(f"missing-{os.getpid()}", 1, 2, lock_dir=tmp_path):
+            pass
+
+
+def test_a_device_held_outside_gridshift_is_busy_too(prefect_harness, tmp_path: Path) -> None:
+    import fcntl
+
+    site = f"shared-{os.getpid()}"
+    ensure_gpu_limits({site: 1})
+    (tmp_path / site).mkdir()
+    with open(tmp_path / site / "gpu0.lock", "ab") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(GpusBusy, match="outside gridshift"):
+            with hold_gpus(site, 1, 1, lock_dir=tmp_path):
+                pass
+    with hold_gpus(site, 1, 1, lock_dir=tmp_path) as held:  # the Prefect slot was given back
+        assert held.devices == (0,)
+
+
+def test_pinning_sets_and_restores_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    with pin_environment((2, 3)):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pin_environment((1,)):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+def test_the_nvidia_backend_meters_exactly_the_pinned_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from backends.journal import Journal
+    from backends.nvidia.backend import NvidiaBackend
+    from tests.fakes.fake_nvml import FakeNvml
+
+    fake = FakeNvml(gpus=4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pin_environment((1, 3)):
+        backend = NvidiaBackend(nvml=fake, journal=Journal(tmp_path / "journal"), recover=False, rapl_root=None)
+        try:
+            assert [d.index for d in backend.devices] == [1, 3]  # the physical GPUs pinned
+            assert sorted(backend.energy_mj()) == [0, 1]  # metered as CUDA ordinals 0 and 1, nothing else
+        finally:
+            backend.close()
