@@ -75,6 +75,7 @@ def nightly_retrain(
     site: str | None = None,
     run_id: str | None = None,
     resume: dict[str, Any] | None = None,
+    placement: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train now under the policy, or (``plan=True``) plan this occurrence and defer it through Prefect.
 
@@ -84,10 +85,15 @@ def nightly_retrain(
     policy's sites; set by the per-site deployments): the run holds ``job.gpus`` of that node's GPU
     slots while it trains and pins those GPUs; when they are busy it waits as a Scheduled flow run.
     ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.windows`).
+    ``placement`` (informational) is where and when the planner put the run, and why; it goes into the
+    report. A policy with sites started without one is placed first: a planning run picks site and
+    start, a run by hand the best site to start at once.
     """
     from flows.training import carbon_aware_training
 
     _enter_workdir(workdir)
+    if site is None and _has_sites(policy_path) and _deployment_name() is not None:
+        return _place(policy_path, start_now=not plan, ledger_path=ledger_path, workdir=workdir)
     if plan:
         deferred = _plan_and_defer(policy_path, ledger_path=ledger_path, workdir=workdir)
         if "deferred_to" in deferred:
@@ -102,7 +108,38 @@ def nightly_retrain(
         return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start, ledger_path=ledger_path,
                                         start_now=True, run_id=run_id, resume=resume)
     return _train_on_site(policy_path, site, nominal_start=nominal_start, ledger_path=ledger_path, workdir=workdir,
-                          planned_start=planned_start, run_id=run_id, resume=resume)
+                          planned_start=planned_start, placement=placement, run_id=run_id, resume=resume)
+
+
+def _has_sites(policy_path: str) -> bool:
+    from scheduler.policy_io import load_policy
+
+    return bool(load_policy(policy_path).sites)
+
+
+def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
+    """Choose site and start (and modes) together, and create the run on that site's deployment."""
+    from flows.placing import submit_placed_run
+    from scheduler.planning import run_key
+    from scheduler.policy_io import load_policy
+
+    logger = get_run_logger()
+    name = _deployment_name()
+    assert name is not None
+    now = datetime.now(timezone.utc)
+    policy = load_policy(policy_path)
+    nominal = now if start_now else _scheduled_time(now) - timedelta(seconds=min(policy.job.earliest_start_s, 0.0))
+    submitted = submit_placed_run(policy_path, deployment=name, nominal=nominal, start_now=start_now,
+                                  key=None if start_now else run_key(policy, nominal), ledger_path=ledger_path,
+                                  workdir=workdir, now=now)
+    for reason in submitted.placement.reasons:
+        logger.info("placement: %s", reason)
+    plan = submitted.placement.plan
+    logger.info("placed: flow run %s on %s at %s UTC", submitted.flow_run_id, submitted.deployment,
+                f"{plan.start:%Y-%m-%d %H:%M}")
+    return {"placed_on": submitted.placement.site, "deferred_to": plan.start.isoformat(),
+            "flow_run_id": submitted.flow_run_id, "nominal_start": nominal.isoformat(),
+            "reasons": list(submitted.placement.reasons)}
 
 
 #: how long a run that found its node's GPUs busy waits (as a Scheduled flow run) before trying again
@@ -110,7 +147,8 @@ GPU_RETRY_S = 30.0
 
 
 def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, ledger_path: str | None,
-                   workdir: str | None, planned_start: str | None, run_id: str | None,
+                   workdir: str | None, planned_start: str | None,
+                   placement: dict[str, Any] | None, run_id: str | None,
                    resume: dict[str, Any] | None) -> dict[str, Any]:
     from flows.gpus import GpusBusy, hold_gpus, pin_environment
     from flows.training import carbon_aware_training
@@ -126,12 +164,25 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
             with pin_environment(held.devices):
                 return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
                                                 ledger_path=ledger_path, start_now=True, site=site,
-                                                report_extra=held.as_report(), run_id=run_id, resume=resume)
+                                                report_extra={**held.as_report(),
+                                                              **({"placement": placement} if placement else {})},
+                                                run_id=run_id, resume=resume)
     except GpusBusy as busy:
         return _wait_in_prefect(str(busy), {"policy_path": policy_path, "plan": False, "nominal_start": nominal_start,
                                             "ledger_path": ledger_path, "workdir": workdir,
-                                            "planned_start": planned_start, "site": site, "run_id": run_id,
+                                            "planned_start": planned_start, "site": site,
+                                            "placement": _delayed(placement, GPU_RETRY_S), "run_id": run_id,
                                             "resume": resume})
+
+
+def _delayed(placement: dict[str, Any] | None, delay_s: float) -> dict[str, Any] | None:
+    """The placement of a run that starts ``delay_s`` later (its GPU booking moves with it)."""
+    if not placement:
+        return placement
+    now = datetime.now(timezone.utc)
+    start, finish = datetime.fromisoformat(placement["start"]), datetime.fromisoformat(placement["finish"])
+    begin = now + timedelta(seconds=delay_s)
+    return {**placement, "start": begin.isoformat(), "finish": (begin + (finish - start)).isoformat()}
 
 
 def _wait_in_prefect(why: str, parameters: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``gridshift deploy POLICY`` and ``gridshift serve POLICY...``."""
+"""``gridshift deploy POLICY``, ``gridshift submit POLICY`` and ``gridshift serve POLICY...``."""
 
 from __future__ import annotations
 
@@ -67,6 +67,54 @@ def deploy(
                    f"start a worker: prefect worker start --pool {dep.work_pool}")
         for site, site_dep in dep.sites.items():
             typer.echo(f"site {site}: deployment {site_dep}")
+
+
+@app.command()
+def submit(
+    policy: Annotated[Path, typer.Argument(help="Policy YAML with sites, deployed with `gridshift deploy`.")],
+    deployment: Annotated[Optional[str], typer.Option(help="The policy's main deployment 'flow/name' (default: gridshift-nightly/<job name>).")] = None,
+    now: Annotated[bool, typer.Option("--now", help="Start at once, at the best site for now (default: plan the start too).")] = False,
+    key: Annotated[Optional[str], typer.Option(help="Idempotency key: submitting the same key again creates no second run.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Place one run: choose site and start together, create it as a Scheduled flow run on that site."""
+    import contextlib
+    import sys
+
+    from scheduler.errors import PolicyError
+    from scheduler.policy_io import load_policy
+
+    try:
+        loaded = load_policy(policy)
+    except PolicyError as exc:
+        raise fail(exc, EXIT_INPUT) from None
+    if not loaded.sites:
+        raise fail(f"{policy}: sites: the policy lists no sites to place the run on", EXIT_INPUT)
+    from flows.placing import submit_placed_run
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            run = submit_placed_run(str(policy.resolve()), deployment=deployment or f"gridshift-nightly/{loaded.job.name}",
+                                    start_now=now, key=key)
+    except ValueError as exc:
+        raise fail(str(exc), EXIT_INPUT) from None
+    except Exception as exc:  # server unreachable, deployment missing
+        raise fail(f"could not submit the run: {type(exc).__name__}: {exc}", EXIT_ENV) from None
+    plan = run.placement.plan
+    out = {"flow_run_id": run.flow_run_id, "deployment": run.deployment, "site": run.placement.site,
+           "start": plan.start.isoformat(), "finish": plan.finish.isoformat(), "carbon_g": plan.carbon_g,
+           "modelled": True, "reasons": list(run.placement.reasons),
+           "sites": [{"site": p.site, "start": p.plan.start.isoformat() if p.plan else None,
+                      "carbon_g": p.plan.carbon_g if p.plan else None,
+                      "forecast_mean_g_per_kwh": p.forecast_mean_g_per_kwh, "reason": p.reason}
+                     for p in run.placement.sites]}
+    if json_out:
+        typer.echo(json.dumps(out))
+        return
+    typer.echo(f"flow run {run.flow_run_id} on {run.deployment}: start {plan.start:%Y-%m-%d %H:%M} UTC, "
+               f"{plan.carbon_g:.1f} g CO2 (modelled)")
+    for reason in run.placement.reasons:
+        typer.echo(f"  {reason}")
 
 
 @app.command()
