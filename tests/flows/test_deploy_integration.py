@@ -62,6 +62,7 @@ def _worker_once(env: dict[str, str]) -> None:
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
 
 
+@pytest.mark.timeout(900)  # four worker starts on a shared 2-core machine: a hang guard, not a timing
 def test_deploy_defer_move_earlier_and_train_now(prefect_server, tmp_path):
     env = prefect_server.env_for(tmp_path)
     api = prefect_server.url
