@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Sequence
+from typing import Sequence
 
 from carbon.series import IntensitySeries
 from scheduler.placement import Booking, Placement, place_run
-from scheduler.planner import Objective, PlanConstraints, PlanJob
 from scheduler.policy import Policy
 from scheduler.sites import policy_at_site
 
@@ -73,38 +72,25 @@ def fleet_bookings(site_names: Sequence[str]) -> list[Booking]:
     return bookings
 
 
-def _modes(policy: Policy) -> list[Any]:
-    """Modelled figures of the policy's modes (the simulated GPU model, as the simulator uses): placement
-    happens away from the nodes, so no node's hardware is asked."""
-    from backends.simulated import SimulatedBackend
-    from simulation.simulate import model_from_backend
-    from simulation.sites import mode_figures_of
-
-    return mode_figures_of(model_from_backend(policy, SimulatedBackend()))
-
-
-def _constraints(policy: Policy) -> PlanConstraints:
-    rules = policy.rules
-    return PlanConstraints(min_dwell_s=getattr(rules, "min_dwell_s", 0.0),
-                           deadline_margin_s=getattr(rules, "deadline_margin_s", 0.0),
-                           slot_s=getattr(rules, "slot_s", 300.0))
-
-
 def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_now: bool = False,
                    bookings: Sequence[Booking] = (), forecasts: dict[str, IntensitySeries] | None = None) -> Placement:
-    """Site and plan for the occurrence nominally at ``nominal`` (``start_now``: the best site to start at once)."""
+    """Site and plan for the occurrence nominally at ``nominal`` (``start_now``: the best site to start at once).
+
+    The window is the one :func:`scheduler.planning.plan_start` gives a run without sites; the mode
+    figures are :func:`scheduler.planning.policy_figures` without a device (placement happens away
+    from the nodes). ``start_now`` (a run started by hand) plans as a job without a deadline does:
+    from now, the modes chosen, no room to shift the start.
+    """
+    from scheduler.planning import policy_figures
+
     job = policy.job
-    modes = _modes(policy)
     not_before = max(now, nominal + timedelta(seconds=job.earliest_start_s))
-    deadline = nominal + timedelta(seconds=job.deadline_s) if job.deadline_s else None
-    if start_now:
-        slowest = min(m.speed for m in modes)
-        not_before, deadline = now, now + timedelta(seconds=job.expected_duration_s / slowest + _constraints(policy).slot_s)
-    objective = Objective(time_value_g_per_h=getattr(getattr(policy, "objective", None), "time_value_g_per_h", 0.0))
-    return place_run(policy.sites, forecasts if forecasts is not None else _site_forecasts(policy, now),
-                     PlanJob(work_s=job.expected_duration_s, not_before=not_before, deadline=deadline),
-                     modes, gpus=job.gpus, now=now, bookings=bookings, objective=objective,
-                     constraints=_constraints(policy))
+    deadline = nominal + timedelta(seconds=job.deadline_s) if job.deadline_s is not None else None
+    if start_now or deadline is None:
+        not_before, deadline = now, None
+    return place_run(policy, forecasts if forecasts is not None else _site_forecasts(policy, now),
+                     policy_figures(policy), now=now, not_before=not_before, deadline=deadline,
+                     reference_start=None if deadline is None else max(nominal, not_before), bookings=bookings)
 
 
 def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | None = None,

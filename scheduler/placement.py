@@ -1,7 +1,8 @@
 """Where and when together: the planner run once per site, the best plan wins. Pure.
 
-For each site the exact planner (:func:`scheduler.planner.plan_run`) plans the job on that site's
-forecast, with the modes the site allows (a mode drawing more than ``power_cap_w`` per GPU is not
+For each site the planner, asked the policy's question (:func:`scheduler.planning.plan_policy_job`:
+the policy's objective, constraints, ``min_gain`` and no-deadline rule, as for a run without sites),
+plans the job on that site's forecast, with the modes the site allows (a mode drawing more than ``power_cap_w`` per GPU is not
 used there) and only at times the site's node has the GPUs free: ``bookings`` are the runs already
 placed (start, end, GPUs); times where they leave fewer than the job's GPUs free are priced out of
 the site's forecast, so the planner plans around them (and, where it cannot, the start moves past
@@ -18,10 +19,12 @@ from datetime import datetime, timedelta
 from typing import Mapping, Sequence
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, plan_run
-from scheduler.policy import Site
+from scheduler.planner import ModeFigures, Objective, RunPlan
+from scheduler.planning import plan_policy_job
+from scheduler.policy import Policy, Site
 
-__all__ = ["Booking", "SitePlan", "Placement", "booking_of", "place_run", "objective_value", "forecast_mean_g_per_kwh"]
+__all__ = ["Booking", "SitePlan", "Placement", "booking_of", "modes_at_site", "place_run", "objective_value",
+           "forecast_mean_g_per_kwh"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,8 @@ def forecast_mean_g_per_kwh(series: IntensitySeries, windows: Sequence[tuple[dat
     return weighted / total_s if total_s > 0 else None
 
 
-def _allowed_modes(site: Site, modes: Sequence[ModeFigures], gpus: int) -> list[ModeFigures]:
+def modes_at_site(site: Site, modes: Sequence[ModeFigures], gpus: int) -> list[ModeFigures]:
+    """The modes a job of ``gpus`` GPUs may use at ``site`` (none drawing more than its power cap per GPU)."""
     if site.power_cap_w is None:
         return list(modes)
     return [m for m in modes if m.power_w <= site.power_cap_w * gpus + 1e-9]
@@ -134,22 +138,39 @@ def _masked(series: IntensitySeries, full: Sequence[tuple[datetime, datetime]]) 
     return IntensitySeries.of(points, zone=series.zone)
 
 
-def _plan_at_site(site: Site, series: IntensitySeries, job: PlanJob, modes: Sequence[ModeFigures], gpus: int,
-                  bookings: Sequence[Booking], *, now: datetime, objective: Objective,
-                  constraints: PlanConstraints, changeover_s: float) -> SitePlan:
-    allowed = _allowed_modes(site, modes, gpus)
+@dataclass(frozen=True)
+class _Ask:
+    """The question put to the planner at every site (the same for all of them)."""
+
+    policy: Policy
+    work_s: float
+    not_before: datetime
+    deadline: datetime | None
+    reference_start: datetime | None
+    now: datetime
+
+    def plan(self, series: IntensitySeries, modes: Sequence[ModeFigures], not_before: datetime) -> RunPlan:
+        return plan_policy_job(self.policy, series, modes, now=self.now, work_s=self.work_s, not_before=not_before,
+                               deadline=self.deadline, reference_start=self.reference_start)
+
+
+def _plan_at_site(site: Site, series: IntensitySeries, ask: _Ask, modes: Sequence[ModeFigures],
+                  bookings: Sequence[Booking], changeover_s: float) -> SitePlan:
+    gpus = ask.policy.job.gpus
+    allowed = modes_at_site(site, modes, gpus)
     if not allowed:
         return SitePlan(site.name, None, None, False,
                         f"{site.name}: no mode fits its power cap of {site.power_cap_w:g} W per GPU")
     full = _full_intervals(site, gpus, _node_bookings(site, bookings, changeover_s))
     masked = _masked(series, full)
-    plan = plan_run(masked, job, allowed, now=now, objective=objective, constraints=constraints)
+    not_before = ask.not_before
+    plan = ask.plan(masked, allowed, not_before)
     for _ in range(len(full) + 1):  # unavoidable (e.g. the deadline needs a full stretch): start after it
         free_at = _conflict(plan, full)
         if free_at is None:
             break
-        job = replace(job, not_before=max(free_at, job.not_before))
-        plan = plan_run(masked, job, allowed, now=now, objective=objective, constraints=constraints)
+        not_before = max(free_at, not_before)
+        plan = ask.plan(masked, allowed, not_before)
     waited = any(lo < plan.finish for lo, _ in full)
     mean = forecast_mean_g_per_kwh(series, plan.windows())
     forecast = f"{mean:.0f} g/kWh forecast over the run" if mean is not None else "no forecast over the run"
@@ -160,22 +181,27 @@ def _plan_at_site(site: Site, series: IntensitySeries, job: PlanJob, modes: Sequ
     return SitePlan(site.name, plan, mean, waited, why)
 
 
-def place_run(sites: Sequence[Site], series_by_site: Mapping[str, IntensitySeries], job: PlanJob,
-              modes: Sequence[ModeFigures], *, gpus: int, now: datetime, bookings: Sequence[Booking] = (),
-              objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints(),
+def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], modes: Sequence[ModeFigures], *,
+              now: datetime, not_before: datetime, deadline: datetime | None, work_s: float | None = None,
+              reference_start: datetime | None = None, bookings: Sequence[Booking] = (),
               changeover_s: float = 60.0) -> Placement:
-    """Choose the site and the plan (start and modes) for ``job`` together; see the module docstring.
+    """Choose the site of ``policy.sites`` and the plan (start and modes) for its job together; see the module docstring.
 
-    ``series_by_site`` holds each site's forecast; a site without one is left out (and said so).
-    Raises ValueError when no site can run the job at all.
+    ``work_s`` defaults to ``job.expected_duration_s``; ``not_before``, ``deadline`` and
+    ``reference_start`` are as for :func:`scheduler.planning.plan_policy_job`. ``series_by_site``
+    holds each site's forecast; a site without one is left out (and said so). Raises ValueError when
+    no site can run the job at all.
     """
+    sites = policy.sites
+    ask = _Ask(policy, policy.job.expected_duration_s if work_s is None else work_s, not_before, deadline,
+               reference_start, now)
+    objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
     plans: list[SitePlan] = []
     for site in sites:
         if site.name not in series_by_site:
             plans.append(SitePlan(site.name, None, None, False, f"{site.name}: no carbon forecast, left out"))
             continue
-        plans.append(_plan_at_site(site, series_by_site[site.name], job, modes, gpus, bookings, now=now,
-                                   objective=objective, constraints=constraints, changeover_s=changeover_s))
+        plans.append(_plan_at_site(site, series_by_site[site.name], ask, modes, bookings, changeover_s))
     price = {s.name: s.price_per_gpu_h for s in sites}
     order = {s.name: i for i, s in enumerate(sites)}
     usable = [p for p in plans if p.plan is not None]

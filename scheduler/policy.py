@@ -280,6 +280,9 @@ class Policy(Strict):
         auto = [name for name, m in self.modes.items() if m.batch_size == "auto"]
         if auto and self.job.batch_size_search is None:
             raise ValueError(f"mode {auto[0]!r} says batch_size: auto: give job.batch_size_search (sizes, default)")
+        if self.sites and not isinstance(self.rules, PlanRule):
+            raise ValueError(f"sites: the planner chooses where and when together; rules.kind {self.rules.kind!r} "
+                             "decides by thresholds (use rules.kind: plan)")
         names = [site.name for site in self.sites]
         if len(set(names)) != len(names):
             raise ValueError(f"sites: names must be unique (got {', '.join(names)})")

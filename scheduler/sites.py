@@ -26,7 +26,6 @@ def policy_at_site(policy: Policy, name: str | None) -> Policy:
     if name is None:
         return policy
     site = site_named(policy, name)
-    carbon = CarbonConfig(**site.carbon.model_dump(), poll_interval_s=policy.carbon.poll_interval_s,
-                          max_staleness_s=policy.carbon.max_staleness_s,
+    carbon = CarbonConfig(**site.carbon.model_dump(), max_staleness_s=policy.carbon.max_staleness_s,
                           forecast_horizon_s=policy.carbon.forecast_horizon_s)
     return policy.model_copy(update={"carbon": carbon})

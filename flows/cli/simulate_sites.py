@@ -15,20 +15,25 @@ from flows.cli._errors import EXIT_INPUT, fail
 
 
 def _human(s: dict[str, Any]) -> str:
-    when = s["when_only_g"]
+    from flows.cli._units import figure, mass_unit
+
+    unit, scale = mass_unit(s["fixed_g"])
+    rows = [("fixed (home site, nominal start, reference mode)", s["fixed_g"]),
+            ("where-only (cleanest forecast at the nominal start)", s["where_only_g"])]
+    rows += [(f"static efficiency at {k} (nominal start)", v) for k, v in s["static_efficiency_g"].items()]
+    rows += [(f"when-only at {k} (planner, receding horizon)", v) for k, v in s["when_only_g"].items()]
+    rows += [("where+when (placement, then the planner there)", s["where_when_g"]),
+             ("where+when oracle (perfect foresight, bound)", s["oracle_g"])]
     lines = [f"gridshift simulate-sites: {s['jobs']} jobs, {s['period_start'][:10]} .. {s['period_end'][:10]}, "
-             f"sites {', '.join(when)} (home {s['home_site']}); {s['forecast']}",
-             f"  {'strategy':<22} {'kgCO2':>9} {'where+when saves':>17}",
-             f"  {'fixed (home, nominal)':<22} {s['fixed_g'] / 1000:>9.2f} {s['saving_vs_fixed_pct']:>16.1f}%",
-             f"  {'where-only (nominal)':<22} {s['where_only_g'] / 1000:>9.2f} {s['saving_vs_where_only_pct']:>16.1f}%"]
-    for site, grams in when.items():
-        mark = " (best)" if site == s["best_when_only_site"] else ""
+             f"sites {', '.join(s['when_only_g'])} (home {s['home_site']}), {s['forecast']} forecast",
+             f"  {'strategy':<52} {'CO2 ' + unit:>10} {'where+when saves':>17}"]
+    for label, grams in rows:
         saving = 100.0 * (grams - s["where_when_g"]) / grams if grams > 0 else 0.0
-        lines.append(f"  {'when-only at ' + site + mark:<22} {grams / 1000:>9.2f} {saving:>16.1f}%")
-    lines.append(f"  {'where+when':<22} {s['where_when_g'] / 1000:>9.2f} {'-':>17}")
-    lines.append("  where+when ran at " + ", ".join(f"{k} {v:.0%}" for k, v in s["site_share"].items()))
-    lines.append(f"  all figures modelled ({s['energy_source']}); intensities are the real traces; "
-                 f"credit over the best simple alternative: {s['saving_vs_best_when_only_pct']:.1f}%")
+        lines.append(f"  {label:<52} {figure(grams, scale):>10} {saving:>16.1f}%")
+    lines.append("  where+when ran at " + ", ".join(f"{k} {v:.0%}" for k, v in s["site_share"].items())
+                 + f"; deadline misses {s['deadline_misses']}")
+    lines.append(f"  credit over the best simple alternative ({s['best_simple']}): {s['saving_vs_best_simple_pct']:.1f}%")
+    lines.append(f"  all figures modelled ({s['energy_source']}); intensities are the real traces")
     return "\n".join(lines)
 
 
@@ -39,15 +44,16 @@ def simulate_sites(
     column: Annotated[Optional[str], typer.Option(help="Intensity column when the traces have several.")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N occurrences.")] = None,
     year: Annotated[Optional[int], typer.Option(help="Only occurrences whose window lies in this calendar year (UTC).")] = None,
+    forecast: Annotated[str, typer.Option(help="daily-profile (past data only, the flow's forecaster) or perfect (the trace itself).")] = "daily-profile",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Replay the job over every site's trace: where+when against when-only and where-only (modelled)."""
     from backends.simulated import SimulatedBackend
     from carbon.errors import BadTrace
+    from scheduler.mode_figures import figures_for_policy
     from carbon.trace_file import read_trace
     from scheduler.errors import PolicyError
     from scheduler.policy_io import load_policy
-    from simulation.simulate import model_from_backend
     from simulation.sites import compare_sites
 
     began = time.perf_counter()
@@ -63,16 +69,15 @@ def simulate_sites(
         if unknown:
             raise PolicyError(f"{policy}: sites: no site named {', '.join(unknown)} "
                               f"(sites: {', '.join(s.name for s in pol.sites) or 'none'})")
-        model = model_from_backend(pol, SimulatedBackend())
+        modes = figures_for_policy(pol, backend=SimulatedBackend(), policy_path=policy)
         period = None
         if year is not None:
             period = (datetime(year, 1, 1, tzinfo=timezone.utc), datetime(year + 1, 1, 1, tzinfo=timezone.utc))
-        result = compare_sites(pol, traces, model, limit=limit, period=period)
+        result = compare_sites(pol, traces, modes, forecast=forecast, limit=limit, period=period)
     except (PolicyError, BadTrace) as exc:
         raise fail(exc, EXIT_INPUT) from None
     summary = result.summary()
     if summary["jobs"] == 0:
         raise fail("the traces share less than one job window; nothing to simulate", EXIT_INPUT)
-    summary["energy_source"] = model.source
     summary["runtime_s"] = time.perf_counter() - began
     typer.echo(json.dumps(summary, sort_keys=True) if json_out else _human(summary))

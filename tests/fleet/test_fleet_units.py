@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _with_sites(tmp_path: Path, sites: list[dict], gpus: int = 1) -> Path:
     spec = yaml.safe_load((REPO / "examples" / "nightly.yaml").read_text())
     spec["job"]["gpus"] = gpus
+    spec["job"]["workdir"] = str(REPO / "examples")  # the copy's job still runs beside the example
     spec["sites"] = sites
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(spec))
