@@ -84,10 +84,10 @@ def modes_at_site(site: Site, modes: Sequence[ModeFigures], gpus: int) -> list[M
     return [m for m in modes if m.power_w <= site.power_cap_w * gpus + 1e-9]
 
 
-def _node_bookings(site: Site, bookings: Sequence[Booking], changeover_s: float) -> list[Booking]:
-    # a booking lasts changeover_s past its planned finish: a run that started a little late (worker
-    # pick-up, process start) must not find the next run's GPUs still taken
-    pad = timedelta(seconds=changeover_s)
+def _node_bookings(site: Site, bookings: Sequence[Booking]) -> list[Booking]:
+    # a booking lasts the site's changeover past its planned finish: a run that started a little late
+    # (worker pick-up, process start) must not find the next run's GPUs still taken
+    pad = timedelta(seconds=site.changeover_s)
     return [Booking(b.site, b.start, b.end + pad, b.gpus) for b in bookings if b.site == site.name]
 
 
@@ -155,13 +155,13 @@ class _Ask:
 
 
 def _plan_at_site(site: Site, series: IntensitySeries, ask: _Ask, modes: Sequence[ModeFigures],
-                  bookings: Sequence[Booking], changeover_s: float) -> SitePlan:
+                  bookings: Sequence[Booking]) -> SitePlan:
     gpus = ask.policy.job.gpus
     allowed = modes_at_site(site, modes, gpus)
     if not allowed:
         return SitePlan(site.name, None, None, False,
                         f"{site.name}: no mode fits its power cap of {site.power_cap_w:g} W per GPU")
-    full = _full_intervals(site, gpus, _node_bookings(site, bookings, changeover_s))
+    full = _full_intervals(site, gpus, _node_bookings(site, bookings))
     masked = _masked(series, full)
     not_before = ask.not_before
     plan = ask.plan(masked, allowed, not_before)
@@ -183,8 +183,7 @@ def _plan_at_site(site: Site, series: IntensitySeries, ask: _Ask, modes: Sequenc
 
 def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], modes: Sequence[ModeFigures], *,
               now: datetime, not_before: datetime, deadline: datetime | None, work_s: float | None = None,
-              reference_start: datetime | None = None, bookings: Sequence[Booking] = (),
-              changeover_s: float = 60.0) -> Placement:
+              reference_start: datetime | None = None, bookings: Sequence[Booking] = ()) -> Placement:
     """Choose the site of ``policy.sites`` and the plan (start and modes) for its job together; see the module docstring.
 
     ``work_s`` defaults to ``job.expected_duration_s``; ``not_before``, ``deadline`` and
@@ -201,7 +200,7 @@ def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], mod
         if site.name not in series_by_site:
             plans.append(SitePlan(site.name, None, None, False, f"{site.name}: no carbon forecast, left out"))
             continue
-        plans.append(_plan_at_site(site, series_by_site[site.name], ask, modes, bookings, changeover_s))
+        plans.append(_plan_at_site(site, series_by_site[site.name], ask, modes, bookings))
     price = {s.name: s.price_per_gpu_h for s in sites}
     order = {s.name: i for i, s in enumerate(sites)}
     usable = [p for p in plans if p.plan is not None]

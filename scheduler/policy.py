@@ -255,6 +255,7 @@ class Site(Strict):
     gpus_per_node: int = Field(gt=0, description="GPUs on the node")
     price_per_gpu_h: float | None = Field(default=None, ge=0, description="cost of one GPU hour here; reported, and breaks ties between equally clean sites")
     power_cap_w: float | None = Field(default=None, gt=0, description="the most a GPU may draw here; modes above it are not used at this site")
+    changeover_s: float = Field(default=60.0, ge=0, description="the node's GPUs stay booked this long past a run's planned finish (a late start, the next run's process start), so placed runs never meet")
 
 
 class Policy(Strict):

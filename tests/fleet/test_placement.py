@@ -51,7 +51,7 @@ def test_the_cleanest_plan_of_any_site_wins_and_says_why() -> None:
 def test_a_full_node_pushes_the_run_later_or_elsewhere() -> None:
     valley = _series([600.0, 600.0, 600.0, 100.0, 100.0, 600.0, 600.0, 600.0, 600.0, 600.0])
     taken = [Booking("b", NOW + timedelta(hours=3), NOW + timedelta(hours=4), 2)]
-    placed = _place(_policy(_site("b")), {"b": valley}, bookings=taken, changeover_s=0.0)
+    placed = _place(_policy(_site("b", changeover_s=0.0)), {"b": valley}, bookings=taken)
     assert placed.plan.start >= NOW + timedelta(hours=4)
     assert placed.sites[0].waited_for_gpus and "GPUs are taken" in placed.sites[0].reason
 
@@ -73,11 +73,11 @@ def test_price_breaks_a_tie() -> None:
 @given(values=st.lists(st.lists(st.floats(50, 800), min_size=10, max_size=10), min_size=2, max_size=3),
        runs=st.lists(st.integers(1, 2), min_size=1, max_size=5))
 def test_placing_runs_one_after_another_never_overfills_a_node(values: list[list[float]], runs: list[int]) -> None:
-    sites = [_site(f"s{i}", gpus=2) for i in range(len(values))]
+    sites = [_site(f"s{i}", gpus=2, changeover_s=0.0) for i in range(len(values))]
     series = {s["name"]: _series(v) for s, v in zip(sites, values)}
     bookings: list[Booking] = []
     for gpus in runs:
-        placed = _place(_policy(*sites, gpus=gpus), series, bookings=bookings, changeover_s=0.0)
+        placed = _place(_policy(*sites, gpus=gpus), series, bookings=bookings)
         best = min(p.plan.carbon_g for p in placed.sites if p.plan is not None and p.plan.feasible)
         assert placed.plan.carbon_g <= best + 1e-6  # where+when is never worse than any single site's plan
         bookings += booking_of(placed.site, placed.plan, gpus)
