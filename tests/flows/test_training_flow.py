@@ -30,6 +30,7 @@ class RecordingBackend(SimulatedBackend):
 def test_flow_runs_the_job_and_records_report_and_artifact(tmp_path: Path) -> None:
     from prefect.artifacts import Artifact
 
+    from flows.artifacts import artifact_key
     from flows.training import carbon_aware_training
 
     ledger = tmp_path / "ledger.sqlite3"
@@ -42,7 +43,7 @@ def test_flow_runs_the_job_and_records_report_and_artifact(tmp_path: Path) -> No
     assert report["deferred_s"] < 5
     with Ledger(ledger) as led:
         assert [r["run_id"] for r in led.runs()] == ["t-ok"]
-    artifact = Artifact.get("gridshift-tiny-logreg")
+    artifact = Artifact.get(artifact_key("t-ok"))  # one artifact per run, keyed by its run id
     assert artifact is not None and "t-ok" in str(artifact.data)
     assert "simulated (modelled)" in str(artifact.data)
 
