@@ -55,7 +55,8 @@ def _human(s: dict[str, Any], trace: str) -> str:
 @app.command()
 def simulate(
     policy: Annotated[Path, typer.Argument(help="Policy YAML with a recurring job (job.cron) and a deadline.")],
-    trace: Annotated[Path, typer.Option("--trace", help="Trace CSV (timestamp + gCO2/kWh column).")],
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace CSV (timestamp + gCO2/kWh column).")] = None,
+    site: Annotated[Optional[list[str]], typer.Option("--site", help="NAME=CSV per site of a fleet policy (repeat): where+when against when-only and where-only, as simulate-sites.")] = None,
     column: Annotated[Optional[str], typer.Option("--column", help="Intensity column when the trace has several.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of intensity, windows and modes.")] = None,
@@ -69,6 +70,18 @@ def simulate(
     workers: Annotated[Optional[int], typer.Option(min=1, help="Processes to spread the jobs over (default: one per core); the result is the same.")] = None,
 ) -> None:
     """Replay the policy's recurring job over a real trace: strategies side by side, up to the exact oracle."""
+    if site:
+        if trace is not None:
+            raise fail("give --trace (one grid) or --site NAME=CSV per site (a fleet), not both", EXIT_INPUT)
+        from flows.cli.simulate_sites import run_sites
+
+        if forecast == "noisy" and forecast_error != 0:
+            raise fail("with --site the forecast is 'history' or 'noisy' with --forecast-error 0 (perfect)", EXIT_INPUT)
+        run_sites(policy=policy, site=site, column=column, limit=None, year=None,
+                  forecast="daily-profile" if forecast == "history" else "perfect", json_out=json_out)
+        return
+    if trace is None:
+        raise fail("--trace CSV is required (or --site NAME=CSV per site of a fleet policy)", EXIT_INPUT)
     _simulate(policy=policy, trace=trace, column=column, json_out=json_out, plot=plot, forecast=forecast,
               forecast_error=forecast_error, seed=seed, min_gain=min_gain, profile=profile,
               forecast_file=forecast_file, forecast_column=forecast_column, workers=workers)

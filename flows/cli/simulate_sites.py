@@ -48,6 +48,12 @@ def simulate_sites(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Replay the job over every site's trace: where+when against when-only and where-only (modelled)."""
+    run_sites(policy=policy, site=site, column=column, limit=limit, year=year, forecast=forecast, json_out=json_out)
+
+
+def run_sites(*, policy: Path, site: list[str], column: str | None, limit: int | None, year: int | None,
+              forecast: str, json_out: bool) -> None:
+    """``simulate-sites`` (also ``simulate --site``): print the comparison, or exit 2 with one line."""
     from backends.simulated import SimulatedBackend
     from carbon.errors import BadTrace
     from scheduler.mode_figures import figures_for_policy

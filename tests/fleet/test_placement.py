@@ -110,3 +110,28 @@ def test_simulate_sites_on_real_traces_prints_the_three_comparisons(shared_data)
     assert {"saving_vs_where_only_pct", "saving_vs_best_when_only_pct", "saving_vs_best_simple_pct"} <= set(s)
     bad = CliRunner().invoke(app, ["simulate-sites", "examples/fleet.yaml", "--site", f"fr={traces / 'gb_ci.csv'}"])
     assert bad.exit_code == 2 and "no site named fr" in bad.output
+
+
+def test_simulate_with_sites_is_the_sites_comparison(tmp_path) -> None:
+    import json
+    import math
+
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    paths = {}
+    for name, phase in (("de", 0.0), ("gb", math.pi)):
+        rows = ["time,g"] + [f"2024-01-{1 + i // 48:02d} {(i % 48) // 2:02d}:{30 * (i % 2):02d},"
+                             f"{300 + 100 * math.cos(i / 48 * 2 * math.pi + phase):.1f}" for i in range(6 * 48)]
+        paths[name] = tmp_path / f"{name}.csv"
+        paths[name].write_text("\n".join(rows) + "\n")
+    sites = ["--site", f"de={paths['de']}", "--site", f"gb={paths['gb']}"]
+    out = CliRunner().invoke(app, ["simulate", "examples/fleet.yaml", *sites, "--json"])
+    assert out.exit_code == 0, out.output
+    s = json.loads(out.output)
+    assert s["jobs"] >= 1 and s["modelled"] is True and "saving_vs_best_when_only_pct" in s
+    both = CliRunner().invoke(app, ["simulate", "examples/fleet.yaml", *sites, "--trace", str(paths["de"])])
+    assert both.exit_code == 2 and "not both" in both.output
+    neither = CliRunner().invoke(app, ["simulate", "examples/fleet.yaml"])
+    assert neither.exit_code == 2 and "--trace" in neither.output
