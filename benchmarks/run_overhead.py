@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         (tmp / "policy.yaml").write_text(yaml.safe_dump(policy))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         env.update(GRIDSHIFT_HOME=str(tmp / "home"), PREFECT_HOME=str(tmp / "prefect-home"),
-                   PYTHONPATH=str(args.repo.resolve()))
+                   PYTHONPATH=os.pathsep.join([str(args.repo.resolve()), *filter(None, [os.environ.get("PYTHONPATH")])]))
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         if args.no_bytecode_cache:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
