@@ -71,3 +71,9 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip("../shared/data is not present beside the checkout")
     return SHARED_DATA
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # a test that mostly waits on real servers and workers (minutes at low CPU) goes first: under
+    # xdist its waiting then overlaps the CPU-bound rest instead of ending the run alone
+    items.sort(key=lambda item: item.get_closest_marker("waits") is None)

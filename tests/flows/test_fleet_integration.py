@@ -25,7 +25,7 @@ import pytest
 from tests.fakes.fake_nvml import default_state, write_state
 from tests.flows.local_server import BIN, REPO, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.waits]
 
 SITES = ("fl1", "fl2", "fl3")  # names of this test's own (the session server is shared with other tests)
 JOBS = {"fleet-wide": 2, "fleet-narrow": 1}  # job name -> GPUs
