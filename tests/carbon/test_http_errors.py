@@ -39,7 +39,9 @@ def test_every_httpx_exception_class_has_an_explicit_mapping() -> None:
     # fails when httpx grows an exception class: decide what it means for us, then add it to the table
     public = {getattr(httpx, n) for n in dir(httpx) if isinstance(getattr(httpx, n), type)
               and issubclass(getattr(httpx, n), Exception)}
-    missing = sorted(c.__name__ for c in (public | _subclasses(httpx.HTTPError)) if c not in EXCEPTION_ERRORS)
+    # httpx's own classes: a library's subclass (Prefect's, once Prefect is imported) maps through its base
+    own = {c for c in public | _subclasses(httpx.HTTPError) if c.__module__.split(".")[0] == "httpx"}
+    missing = sorted(c.__name__ for c in own if c not in EXCEPTION_ERRORS)
     assert missing == []
 
 

@@ -49,7 +49,7 @@ def test_a_run_due_while_prefect_is_down_fires_exactly_once_when_it_is_back(pref
     from scheduler.service import PlanningService
 
     api = prefect_server.url
-    out = run_cli([str(BIN / "gridshift"), "deploy", str(POLICY), "--no-schedule", "--pool", "it-pool", "--json"],
+    out = run_cli([str(BIN / "gridshift"), "deploy", str(POLICY), "--no-schedule", "--pool", "it-serve-pool", "--json"],
                   prefect_server.env_for(tmp_path))
     assert out.returncode == 0, out.stderr
     dep = json.loads(out.stdout)
