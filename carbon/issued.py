@@ -1,15 +1,17 @@
 """Forecasts as they were issued: read an archive and answer "what did the newest forecast say then?".
 
 CSV: a header row; the first column is when a forecast was issued, the second the time it is for,
-the value (gCO2/kWh) the only other numeric column or the one ``column`` names. Times as in trace
-files (ISO-8601 or ``YYYY-MM-DD HH:MM[:SS]``, UTC when naive). Each value holds until the next
-``valid_for`` of the same issue.
+the value (gCO2/kWh) the third column, else the only numeric one among the rest, or the one
+``column`` names. Times as in trace files (ISO-8601 or ``YYYY-MM-DD HH:MM[:SS]``, UTC when naive).
+Each value holds until the next ``valid_for`` of the same issue. Blank or ``NaN`` cells are points
+an issue did not forecast; two values for one (issued, valid_for) are refused (a file per zone).
 """
 
 from __future__ import annotations
 
 import bisect
 import csv
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,7 +62,7 @@ def read_issued_forecasts(path: str | Path, *, column: str | None = None) -> Iss
     """Read an archive of issued forecasts (see the module docstring). BadTrace names file and line."""
     where = str(path)
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: spreadsheet exports start with a BOM
             rows = list(csv.reader(fh))
     except OSError as exc:
         raise BadTrace(f"{where}: cannot read: {exc}") from None
@@ -73,31 +75,64 @@ def read_issued_forecasts(path: str | Path, *, column: str | None = None) -> Iss
         if column not in header[2:]:
             raise BadTrace(f"{where}:1: no column {column!r} (have: {', '.join(header[2:])})")
         vcol = header.index(column)
+    elif len(header) == 3:
+        vcol = 2
     else:
-        numeric = [k for k in range(2, len(header)) if _number(rows[1][k] if k < len(rows[1]) else "")]
-        if len(numeric) != 1:
+        numeric = [k for k in range(2, len(header)) if _numeric_column(rows[1:201], k)]
+        if not numeric:
+            raise BadTrace(f"{where}:2: no numeric value column after {header[0]!r} and {header[1]!r}")
+        if len(numeric) > 1:
             raise BadTrace(f"{where}:1: several value columns ({', '.join(header[k] for k in numeric)}): "
                            "name one with --forecast-column")
         vcol = numeric[0]
-    by_issue: dict[float, list[tuple[float, float]]] = {}
-    for line, row in enumerate(rows[1:], start=2):
-        if not row or not any(cell.strip() for cell in row):
-            continue
-        issued, valid = _parse_time(row[0]), _parse_time(row[1]) if len(row) > 1 else None
-        if issued is None or valid is None:
-            raise BadTrace(f"{where}:{line}: issued_at and valid_for must be times")
-        try:
-            value = float(row[vcol])
-        except (IndexError, ValueError):
-            raise BadTrace(f"{where}:{line}: {header[vcol]} must be a number") from None
-        by_issue.setdefault(issued.timestamp(), []).append((valid.timestamp(), value))
-    issued_s = sorted(by_issue)
-    valid_s, values = [], []
-    for t in issued_s:
-        pts = sorted(by_issue[t])
-        valid_s.append(np.array([p[0] for p in pts]))
-        values.append(np.array([p[1] for p in pts]))
-    return IssuedForecasts(issued_s=issued_s, valid_s=valid_s, values=values, source=Path(path).name)
+    body = [row for row in rows[1:] if any(row)]
+    lines = np.array([line for line, row in enumerate(rows[1:], start=2) if any(row)])
+    issued_text = [row[0] for row in body]
+    valid_text = [row[1] if len(row) > 1 else "" for row in body]
+    # an archive repeats each issue time on every row of the issue and each valid time in every
+    # issue: parse each distinct text once (a year of half-hourly 48 h issues is 1.7 M rows)
+    seconds: dict[str, float] = {}
+    for text in set(issued_text) | set(valid_text):
+        moment = _parse_time(text)
+        if moment is None:
+            line = lines[next(k for k, (i, v) in enumerate(zip(issued_text, valid_text)) if text in (i, v))]
+            raise BadTrace(f"{where}:{line}: issued_at and valid_for must be times, not {text.strip()!r}")
+        seconds[text] = moment.timestamp()
+    iss = np.array([seconds[t] for t in issued_text])
+    val = np.array([seconds[t] for t in valid_text])
+    cells = [row[vcol].strip() if vcol < len(row) else "" for row in body]
+    filled = np.array([c.lower() not in _MISSING for c in cells], dtype=bool)  # else: not forecast by that issue
+    try:
+        vals = np.array([c for c, f in zip(cells, filled) if f], dtype=float)
+    except ValueError:
+        line, cell = next((ln, c) for ln, c, f in zip(lines, cells, filled) if f and not _number(c))
+        raise BadTrace(f"{where}:{line}: {header[vcol]} must be a number, not {cell!r}") from None
+    iss, val, lines = iss[filled], val[filled], lines[filled]
+    if not len(vals):
+        raise BadTrace(f"{where}: no forecast values (every {header[vcol]} cell is empty)")
+    bad = np.flatnonzero(~np.isfinite(vals) | (vals < 0))
+    if len(bad):
+        raise BadTrace(f"{where}:{lines[bad[0]]}: {header[vcol]} must be a finite gCO2/kWh >= 0, not {vals[bad[0]]:g}")
+    order = np.lexsort((val, iss))
+    iss, val, vals, lines = iss[order], val[order], vals[order], lines[order]
+    twice = np.flatnonzero((np.diff(iss) == 0) & (np.diff(val) == 0))
+    if len(twice):
+        first, second = sorted((int(lines[twice[0]]), int(lines[twice[0] + 1])))
+        raise BadTrace(f"{where}:{second}: a second value for the same issued_at and valid_for as line {first}; "
+                       "one zone per file")
+    cuts = np.flatnonzero(np.diff(iss)) + 1
+    return IssuedForecasts(issued_s=[float(x) for x in iss[np.concatenate(([0], cuts))]],
+                           valid_s=np.split(val, cuts), values=np.split(vals, cuts), source=Path(path).name)
+
+
+#: cells that mean "no value here" in exported archives
+_MISSING = frozenset({"", "nan", "null", "none", "na", "n/a"})
+
+
+def _numeric_column(rows: list[list[str]], k: int) -> bool:
+    """Every filled cell of column ``k`` in ``rows`` is a number, and at least one is filled."""
+    cells = [row[k].strip() for row in rows if k < len(row) and row[k].strip().lower() not in _MISSING]
+    return bool(cells) and all(_number(c) for c in cells)
 
 
 def _number(text: str) -> bool:
@@ -106,5 +141,3 @@ def _number(text: str) -> bool:
         return True
     except ValueError:
         return False
-
-
