@@ -32,8 +32,13 @@ def _profile_forecasts(per_day: int) -> dict[str, Forecast]:
     from carbon.forecast import daily_profile
 
     def shipped(v: np.ndarray, i: int, n: int) -> np.ndarray:
+        past = v[max(i - 57 * per_day, 0): i + 1]
+        return np.concatenate(([v[i]], daily_profile(past, n - 1, per_day=per_day)))
+
+    def level_kept(v: np.ndarray, i: int, n: int) -> np.ndarray:
+        # the previous default: the 14-day shape, shifted whole to today's level
         past = v[max(i - 15 * per_day, 0): i + 1]
-        return np.concatenate(([v[i]], daily_profile(past, n - 1, per_day=per_day, days=14)))
+        return np.concatenate(([v[i]], daily_profile(past, n - 1, per_day=per_day, days=14, fit_days=0)))
 
     def fading_median(v: np.ndarray, i: int, n: int) -> np.ndarray:
         # the previous default: median profile, today's offset fading out over 3 h
@@ -55,8 +60,9 @@ def _profile_forecasts(per_day: int) -> dict[str, Forecast]:
         out[0] = v[i]
         return out
 
-    return {"daily_profile (shipped: mean shape at today's level)": shipped,
-            "fading median (previous default)": fading_median,
+    return {"daily_profile (shipped: 28-day shape, fitted persistence)": shipped,
+            "14-day shape at today's level (previous default)": level_kept,
+            "fading median (the default before that)": fading_median,
             "persistence (flat)": persistence, "same time yesterday": yesterday}
 
 

@@ -30,6 +30,7 @@ from carbon.errors import NoCoverage
 from carbon.series import IntensityPoint, IntensitySeries
 
 __all__ = [
+    "FORECAST_HISTORY",
     "ForecasterName",
     "FORECASTERS",
     "daily_profile",
@@ -42,6 +43,8 @@ __all__ = [
 
 ForecasterName = Literal["daily_profile", "seasonal", "persistence", "same_hour_yesterday"]
 _HOUR = timedelta(hours=1)
+#: the history :func:`daily_profile` uses in full: 28 days of daily shape behind each of 28 days of fitted origins
+FORECAST_HISTORY = timedelta(days=56)
 _HOUR_S = 3600.0
 
 
@@ -141,12 +144,75 @@ def seasonal_hourly(
     return np.maximum(prof + anomaly * level_decay ** ahead, 0.0)
 
 
-def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int = 14) -> np.ndarray:
+def _same_time_means(past: np.ndarray, per_day: int, days: int) -> np.ndarray:
+    """For every index o: the mean of ``past[o - d x per_day]``, d = 1..days (fewer where history is short; NaN skipped).
+
+    One pass over the day-strided cumulative sums, so a fit over weeks of origins stays cheap.
+    """
+    n = len(past)
+    n_days = -(-n // per_day) + days + 1
+    vals = np.zeros(n_days * per_day)
+    have = np.zeros(n_days * per_day)
+    known = ~np.isnan(past)
+    off = (days + 1) * per_day  # leading zero days: lags before the start count as missing
+    vals[off: off + n] = np.where(known, past, 0.0)
+    have[off: off + n] = known
+    sums = np.cumsum(vals.reshape(-1, per_day), axis=0).ravel()
+    counts = np.cumsum(have.reshape(-1, per_day), axis=0).ravel()
+    o = off + np.arange(n)
+    total = sums[o - per_day] - sums[o - (days + 1) * per_day]
+    count = counts[o - per_day] - counts[o - (days + 1) * per_day]
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _persistence(deviation: np.ndarray, steps: int, min_pairs: int) -> np.ndarray:
+    """beta[k], k = 0..steps: the least-squares share of a deviation still there k steps later, in [0, 1].
+
+    Fitted over every observed pair (x[i], x[i + k]); beta[0] = 1, and a lead with fewer than
+    ``min_pairs`` pairs keeps the whole deviation (1). All leads at once through FFT correlations:
+    the simulator asks this at every re-plan of every job.
+    """
+    beta = np.ones(steps + 1)
+    n = len(deviation)
+    lead = min(steps, n - 1)
+    if lead < 1:
+        return beta
+    ok = ~np.isnan(deviation)
+    x = np.where(ok, deviation, 0.0)
+    size = 1 << int(np.ceil(np.log2(n + lead + 1)))  # no wrap-around up to ``lead``
+    k = np.arange(lead + 1)
+    if ok.all():
+        fx = np.fft.rfft(x, size)
+        num = np.fft.irfft(fx * np.conj(fx), size)[: lead + 1]
+        den = float(x @ x) - np.concatenate(([0.0], np.cumsum((x * x)[::-1])[:lead]))  # drop the last k origins
+        pairs = n - k
+    else:
+        okf = ok.astype(float)
+        f = np.fft.rfft(np.stack((x, okf, x * x)), size, axis=1)
+        num, den, pairs = np.fft.irfft(np.stack((np.conj(f[0]) * f[0], np.conj(f[2]) * f[1], np.conj(f[1]) * f[1])),
+                                       size, axis=1)[:, : lead + 1]
+        pairs = np.rint(pairs)
+    fit = (pairs >= min_pairs) & (den > 1e-12 * max(float(x @ x), 1e-300))
+    fit[0] = False
+    beta[: lead + 1][fit] = np.clip(num[fit] / den[fit], 0.0, 1.0)
+    return beta
+
+
+def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int = 28, fit_days: int = 28) -> np.ndarray:
     """The ``steps`` values after the last entry of ``past`` (a regular grid, ``per_day`` values a day; NaN = gap).
 
-    forecast(k) = mean over d = 1..days of past[now + k - d x per_day] (stepping back further whole
-    days while that is still in the future) + (last value - that profile at now): the daily shape of
-    the last ``days`` days, at today's level. With no full day of history: the last value (persistence).
+    forecast(k) = profile(k) + beta(k) x (last value - profile(now)), where
+
+    * profile(k) is the mean over d = 1..days of past[now + k - d x per_day] (stepping back further
+      whole days while that is still in the future): the daily shape of the last ``days`` days;
+    * beta(k) is how much of a deviation from that shape was still there k steps later, fitted by
+      least squares over the last ``fit_days`` days of the same history (every time of day), and
+      clipped to [0, 1]. Wind and imports keep a grid off its daily shape for hours to days, and
+      how long differs by grid and season, so it is measured rather than assumed: beta stays near 1
+      where deviations persist and falls where they fade.
+
+    With less than a day of pairs at a lead, or ``fit_days=0``, the deviation is kept whole (beta = 1,
+    today's level all night); with no full day of history: the last value (persistence).
     """
     past = np.asarray(past, dtype=float)
     now = len(past) - 1
@@ -168,7 +234,12 @@ def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int 
     else:
         profile = sample.mean(axis=0)
     profile = np.where(np.isnan(profile), current, profile)
-    return np.maximum(profile + (current - profile[0]), 0.0)[1:]
+    beta = np.ones(steps + 1)
+    if fit_days > 0:
+        recent = past[max(now + 1 - (fit_days + days) * per_day, 0):]
+        deviation = (recent - _same_time_means(recent, per_day, days))[-fit_days * per_day:]
+        beta = _persistence(deviation, steps, min_pairs=per_day)
+    return np.maximum(profile + beta * (current - profile[0]), 0.0)[1:]
 
 
 FORECASTERS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
@@ -189,7 +260,7 @@ def forecast_series(
     now: datetime,
     horizon: timedelta,
     method: ForecasterName = "daily_profile",
-    lookback: timedelta = timedelta(days=14),
+    lookback: timedelta = FORECAST_HISTORY,
 ) -> IntensitySeries:
     """Forecast hourly points covering ``(hour of now, now + horizon]`` from ``history`` up to ``now``.
 

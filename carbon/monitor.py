@@ -39,7 +39,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from carbon.cache import CacheEntry, SignalCache, cache_key
 from carbon.errors import CarbonError, RateLimited, StaleData
-from carbon.forecast import ForecasterName, forecast_series
+from carbon.forecast import FORECAST_HISTORY, ForecasterName, forecast_series
 from carbon.providers.base import Provider
 from carbon.series import IntensityPoint, IntensitySeries
 from carbon.staleness import stale_reason
@@ -144,7 +144,7 @@ class CarbonMonitor:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._cache = SignalCache(self.cache_dir, keep_observed=max(self.learn_window, timedelta(days=14)))
+        self._cache = SignalCache(self.cache_dir, keep_observed=max(self.learn_window, FORECAST_HISTORY))
 
     def _provider(self, spec: SourceSpec) -> Provider:
         if spec.label not in self._providers:

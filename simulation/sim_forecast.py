@@ -75,13 +75,15 @@ class NoisyTraceForecaster:
 class DailyProfileForecaster:
     """:func:`carbon.forecast.daily_profile` on the simulator's grid: past data only."""
 
-    def __init__(self, *, step_s: float, days: int = 14) -> None:
+    def __init__(self, *, step_s: float, days: int = 28, fit_days: int = 28) -> None:
         self.per_day = max(int(round(86400.0 / step_s)), 1)
         self.days = days
+        self.fit_days = fit_days
 
     def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
-        start = max(now_index - self.days * self.per_day - self.per_day, 0)  # the history it can use
-        ahead = daily_profile(values[start: now_index + 1], n - 1, per_day=self.per_day, days=self.days)
+        start = max(now_index - (self.days + self.fit_days + 1) * self.per_day, 0)  # the history it can use
+        ahead = daily_profile(values[start: now_index + 1], n - 1, per_day=self.per_day, days=self.days,
+                              fit_days=self.fit_days)
         return np.concatenate(([float(values[now_index])], ahead))
 
 

@@ -37,13 +37,14 @@ from scheduler.errors import PolicyError
 from scheduler.placement import modes_at_site, place_run
 from scheduler.planner import ModeFigures
 from scheduler.policy import Policy
+from carbon.forecast import FORECAST_HISTORY
 from simulation.sim_forecast import DailyProfileForecaster, GridForecaster, PerfectForecaster
 from simulation.simulate import SimulationResult, resample, simulate
 
 __all__ = ["FORECASTS", "SitesComparison", "compare_sites"]
 
-#: how much trace before the period the replay reads, so the forecaster has its history (14 days and a margin)
-HISTORY = timedelta(days=15)
+#: how much trace before the period the replay reads, so the forecaster has its history (and a day's margin)
+HISTORY = FORECAST_HISTORY + timedelta(days=1)
 #: forecasts the comparison can replay with: past data only (the flow's forecaster), or the trace itself
 FORECASTS = ("daily-profile", "perfect")
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from carbon.errors import NoCoverage
 from carbon.forecast import (
+    daily_profile,
     forecast_series,
     hourly_means,
     persistence_hourly,
@@ -86,3 +87,45 @@ def test_forecasts_are_finite_non_negative_and_bounded(values: list[float], step
     pred = seasonal_hourly(past, steps)
     assert pred.shape == (steps,) and np.isfinite(pred).all() and (pred >= 0).all()
     assert pred.max() <= 2 * past.max() + 1e-9  # blends of observed values plus a fading deviation
+
+
+def _weeks_of(deviation: np.ndarray) -> np.ndarray:
+    return daily_wave(len(deviation) // 24) + deviation
+
+
+def test_daily_profile_keeps_a_deviation_that_has_persisted() -> None:
+    # the grid sat 40 g above its usual shape for days at a time: the offset now is carried ahead
+    rng = np.random.default_rng(1)
+    offsets = np.repeat(rng.choice([-40.0, 40.0], size=60), 24 * 1)  # whole days off the shape
+    past = _weeks_of(offsets)
+    past[-1] = daily_wave(60)[-1] + 40.0  # 40 above now
+    pred = daily_profile(past, 6)
+    profile = daily_wave(61)[-24:-18]
+    assert np.all(pred - profile > 25.0)
+
+
+def test_daily_profile_drops_a_deviation_that_never_lasted() -> None:
+    # hour-to-hour noise around the shape: a high value now says nothing about the next hours
+    rng = np.random.default_rng(2)
+    past = _weeks_of(rng.normal(0.0, 30.0, size=60 * 24))
+    past[-1] += 60.0
+    pred = daily_profile(past, 6)
+    profile = daily_wave(61)[-24:-18]
+    assert np.all(np.abs(pred - profile) < 15.0)
+
+
+def test_daily_profile_with_short_history_is_persistence_then_a_kept_offset() -> None:
+    assert np.allclose(daily_profile(np.array([250.0, 260.0]), 5), 260.0)
+    past = daily_wave(2)
+    past[-1] += 50.0  # one day of pairs is too few to measure how long an offset lasts: it is kept
+    assert np.allclose(daily_profile(past, 3) - daily_wave(3)[48:51], 50.0)
+
+
+@settings(deadline=None, max_examples=40)
+@given(st.lists(st.floats(min_value=0, max_value=2000, allow_nan=False), min_size=1, max_size=24 * 60),
+       st.integers(min_value=1, max_value=48))
+def test_daily_profile_is_finite_non_negative_and_bounded(values: list[float], steps: int) -> None:
+    past = np.array(values)
+    pred = daily_profile(past, steps)
+    assert pred.shape == (steps,) and np.isfinite(pred).all() and (pred >= 0).all()
+    assert pred.max() <= 2 * past.max() + 1e-9  # a profile of observed values plus at most today's offset

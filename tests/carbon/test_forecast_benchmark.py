@@ -18,7 +18,7 @@ def _write(path: Path, step_min: int, seed: int) -> None:
     t = datetime(2019, 12, 20)
     rows = ["Time,Carbon Intensity"]
     level = 300.0
-    while t < datetime(2020, 1, 12):
+    while t < datetime(2020, 2, 28):  # the 56 days of history the default forecaster keeps, then some origins
         level = 0.98 * level + 0.02 * 300 + rng.normal(0, 5)
         v = level + 80 * np.sin(2 * np.pi * (t.hour + t.minute / 60) / 24)
         rows.append(f"{t:%Y-%m-%d %H:%M:%S},{v}")
