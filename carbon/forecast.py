@@ -168,33 +168,28 @@ def _same_time_means(past: np.ndarray, per_day: int, days: int) -> np.ndarray:
 def _persistence(deviation: np.ndarray, steps: int, min_pairs: int) -> np.ndarray:
     """beta[k], k = 0..steps: the least-squares share of a deviation still there k steps later, in [0, 1].
 
-    Fitted over every observed pair (x[i], x[i + k]); beta[0] = 1, and a lead with fewer than
-    ``min_pairs`` pairs keeps the whole deviation (1). All leads at once through FFT correlations:
-    the simulator asks this at every re-plan of every job.
+    Every lead is fitted over the same origins (all but the last ``steps``), so the leads compare
+    like with like. beta[0] = 1; a lead with fewer than ``min_pairs`` observed pairs keeps the whole
+    deviation (1).
     """
     beta = np.ones(steps + 1)
-    n = len(deviation)
-    lead = min(steps, n - 1)
-    if lead < 1:
+    origins = len(deviation) - steps
+    if steps < 1 or origins < 1:
         return beta
     ok = ~np.isnan(deviation)
     x = np.where(ok, deviation, 0.0)
-    size = 1 << int(np.ceil(np.log2(n + lead + 1)))  # no wrap-around up to ``lead``
-    k = np.arange(lead + 1)
+    head = x[:origins]
+    num = np.correlate(x, head, "valid")  # [k] = sum_i x[i] x[i + k], i < origins
     if ok.all():
-        fx = np.fft.rfft(x, size)
-        num = np.fft.irfft(fx * np.conj(fx), size)[: lead + 1]
-        den = float(x @ x) - np.concatenate(([0.0], np.cumsum((x * x)[::-1])[:lead]))  # drop the last k origins
-        pairs = n - k
+        den = np.full(steps + 1, float(head @ head))
+        pairs = np.full(steps + 1, origins)
     else:
         okf = ok.astype(float)
-        f = np.fft.rfft(np.stack((x, okf, x * x)), size, axis=1)
-        num, den, pairs = np.fft.irfft(np.stack((np.conj(f[0]) * f[0], np.conj(f[2]) * f[1], np.conj(f[1]) * f[1])),
-                                       size, axis=1)[:, : lead + 1]
-        pairs = np.rint(pairs)
-    fit = (pairs >= min_pairs) & (den > 1e-12 * max(float(x @ x), 1e-300))
+        den = np.correlate(okf, head * head, "valid")
+        pairs = np.rint(np.correlate(okf, okf[:origins], "valid"))
+    fit = (pairs >= min_pairs) & (den > 0)
     fit[0] = False
-    beta[: lead + 1][fit] = np.clip(num[fit] / den[fit], 0.0, 1.0)
+    beta[fit] = np.clip(num[fit] / den[fit], 0.0, 1.0)
     return beta
 
 
@@ -237,7 +232,13 @@ def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int 
     beta = np.ones(steps + 1)
     if fit_days > 0:
         recent = past[max(now + 1 - (fit_days + days) * per_day, 0):]
-        deviation = (recent - _same_time_means(recent, per_day, days))[-fit_days * per_day:]
+        if len(recent) == (fit_days + days) * per_day and not np.isnan(recent).any():
+            # the usual case, a full history without gaps: whole days as rows, one cumulative sum
+            rows = recent.reshape(fit_days + days, per_day)
+            cum = np.vstack((np.zeros((1, per_day)), np.cumsum(rows, axis=0)))
+            deviation = (rows[days:] - (cum[days: days + fit_days] - cum[:fit_days]) / days).ravel()
+        else:
+            deviation = (recent - _same_time_means(recent, per_day, days))[-fit_days * per_day:]
         beta = _persistence(deviation, steps, min_pairs=per_day)
     return np.maximum(profile + beta * (current - profile[0]), 0.0)[1:]
 
