@@ -1,10 +1,12 @@
-"""Restore a backend's settings on normal exit, exception, SIGINT and SIGTERM.
+"""Restore a backend's settings on normal exit, exception, SIGINT, SIGTERM and SIGHUP.
 
 ``with restoring_on_signals(backend): ...`` restores when the block ends, however it ends. While
-it is active, SIGINT and SIGTERM restore *at once* inside the handler (before any unwinding that
+it is active, SIGINT, SIGTERM and SIGHUP (the terminal or SSH session closed) restore *at once*
+inside the handler (before any unwinding that
 could be slow or blocked) and then call the handler that was installed before, if it is a Python
 function, or else raise ``KeyboardInterrupt`` / ``SystemExit(128 + signum)``, so the program's own
-``finally`` blocks still run. The previous handlers come back on exit.
+``finally`` blocks still run. The previous handlers come back on exit. A signal the process was
+told to ignore (SIGHUP under ``nohup``) stays ignored.
 
 SIGKILL cannot be caught: that case is covered by the journal (:mod:`backends.journal`), replayed
 by the next start or ``gridshift gpu restore``. Signal handlers can only be installed from the
@@ -24,11 +26,11 @@ from backends.base import Backend
 
 __all__ = ["install_restore_handlers", "restoring_on_signals"]
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def install_restore_handlers(backend: Backend, *, log: Callable[[str], None] | None = None) -> Callable[[], None]:
-    """Install SIGINT/SIGTERM handlers that restore ``backend`` first; returns the uninstaller.
+    """Install SIGINT/SIGTERM/SIGHUP handlers that restore ``backend`` first; returns the uninstaller.
 
     A no-op (returning a no-op) outside the main thread.
     """
@@ -53,7 +55,8 @@ def install_restore_handlers(backend: Backend, *, log: Callable[[str], None] | N
         raise SystemExit(128 + signum)
 
     for sig in _SIGNALS:
-        previous[sig] = signal.signal(sig, handler)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP: the user asked to keep running
+            previous[sig] = signal.signal(sig, handler)
 
     def uninstall() -> None:
         for sig, old in previous.items():
@@ -64,7 +67,7 @@ def install_restore_handlers(backend: Backend, *, log: Callable[[str], None] | N
 
 @contextmanager
 def restoring_on_signals(backend: Backend, *, log: Callable[[str], None] | None = None) -> Iterator[Backend]:
-    """Restore ``backend`` when the block exits (any way) and at once on SIGINT/SIGTERM."""
+    """Restore ``backend`` when the block exits (any way) and at once on SIGINT/SIGTERM/SIGHUP."""
     uninstall = install_restore_handlers(backend, log=log)
     try:
         yield backend

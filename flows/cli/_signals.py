@@ -1,12 +1,13 @@
-"""How ``gridshift run`` stops on SIGINT (Ctrl-C) and SIGTERM.
+"""How ``gridshift run`` stops on SIGINT (Ctrl-C), SIGTERM and SIGHUP (its terminal or SSH session closed).
 
 The first signal raises in the main thread (``KeyboardInterrupt`` for SIGINT, ``SystemExit(143)``
-for SIGTERM), so the flow unwinds through its ``finally`` blocks: the job is stopped, the settings
+for SIGTERM and SIGHUP), so the flow unwinds through its ``finally`` blocks: the job is stopped, the settings
 restored (the backend's own handler restores at once, then calls this one), the run recorded.
 A second signal raises again, which cuts short what is being waited for (the job's grace period
 before SIGKILL, the temporary server's shutdown); the settings are still restored first because
 the backend's handler stays installed until they are. Once the run is recorded, :meth:`settle`
-makes further signals only count, so the report is still printed.
+makes further signals only count, so the report is still printed. Under ``nohup`` SIGHUP is
+ignored, and stays so.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from typing import Any, Iterator
 
 __all__ = ["StopSignals"]
 
-_HANDLED = (signal.SIGINT, signal.SIGTERM)
+_HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class StopSignals:
-    """Counts SIGINT/SIGTERM while :meth:`installed`; ``exit_code`` is 128 + the first one's number."""
+    """Counts SIGINT/SIGTERM/SIGHUP while :meth:`installed`; ``exit_code`` is 128 + the first one's number."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
@@ -51,7 +52,8 @@ class StopSignals:
 
     @contextmanager
     def installed(self) -> Iterator["StopSignals"]:
-        previous: dict[int, Any] = {sig: signal.signal(sig, self.handle) for sig in _HANDLED}
+        previous: dict[int, Any] = {sig: signal.signal(sig, self.handle) for sig in _HANDLED
+                                    if signal.getsignal(sig) is not signal.SIG_IGN}
         try:
             yield self
         finally:

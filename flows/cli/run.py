@@ -27,7 +27,7 @@ def _quiet_prefect_defaults() -> None:
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
 
-#: exit code of a run stopped by SIGINT / SIGTERM (128 + signal number, as shells report it)
+#: exit code of a run stopped by SIGINT / SIGTERM (128 + signal number, as shells report it; SIGHUP gives 129)
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 

@@ -1,4 +1,4 @@
-"""restoring_on_signals: restore on exit, exception, and at once on SIGINT/SIGTERM (in-process)."""
+"""restoring_on_signals: restore on exit, exception, and at once on SIGINT/SIGTERM/SIGHUP (in-process)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def test_restores_on_normal_exit_and_on_exception(tmp_path: Path) -> None:
     assert fake.state()["gpus"][0]["power_limit_mw"] == 700_000
 
 
-@pytest.mark.parametrize(("sig", "exc"), [(signal.SIGTERM, SystemExit), (signal.SIGINT, KeyboardInterrupt)])
+@pytest.mark.parametrize(("sig", "exc"), [(signal.SIGTERM, SystemExit), (signal.SIGINT, KeyboardInterrupt),
+                                          (signal.SIGHUP, SystemExit)])
 def test_signal_restores_before_unwinding(tmp_path: Path, sig: int, exc: type) -> None:
     backend, fake, _ = make_backend(tmp_path)
     before = signal.getsignal(sig)
@@ -40,3 +41,17 @@ def test_signal_restores_before_unwinding(tmp_path: Path, sig: int, exc: type) -
     assert seen == [700_000]
     assert fake.state()["gpus"][0]["locked_sm_mhz"] is None
     assert signal.getsignal(sig) == before
+
+
+def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
+    backend, fake, _ = make_backend(tmp_path)
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # `nohup`: keep running when the terminal goes
+    try:
+        with restoring_on_signals(backend):
+            backend.apply(Settings(power_limit_w=300))
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert fake.state()["gpus"][0]["power_limit_mw"] == 300_000  # still applied: the run goes on
+        assert fake.state()["gpus"][0]["power_limit_mw"] == 700_000
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)

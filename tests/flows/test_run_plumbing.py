@@ -94,4 +94,18 @@ def test_the_handlers_are_installed_for_the_block_only() -> None:
     with StopSignals().installed() as stop:
         assert signal.getsignal(signal.SIGTERM) == stop.handle
         assert signal.getsignal(signal.SIGINT) == stop.handle
+        assert signal.getsignal(signal.SIGHUP) == stop.handle  # the terminal or SSH session closed
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_closed_terminal_stops_the_run_and_nohup_keeps_it_going() -> None:
+    with pytest.raises(SystemExit) as info:
+        StopSignals().handle(signal.SIGHUP, None)
+    assert info.value.code == 129
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under `nohup gridshift run ...`
+    try:
+        with StopSignals().installed():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -98,7 +98,8 @@ def _power_limit_mw(env: dict[str, str]) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code", "as_json"), [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, True)])
+@pytest.mark.parametrize(("sig", "code", "as_json"), [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, True),
+                                                     (signal.SIGHUP, 129, True)])  # the terminal closed
 def test_a_signal_to_the_process_group_stops_restores_and_records(tmp_path: Path, run_env: dict[str, str],
                                                                   sig: int, code: int, as_json: bool) -> None:
     argv = [sys.executable, "-c", "from flows.cli import main; main()", "run", str(_policy(tmp_path))]
@@ -129,7 +130,7 @@ def test_a_signal_to_the_process_group_stops_restores_and_records(tmp_path: Path
         if probe_privilege().allowed:  # the run holds the GPU at its planned mode's limit now, not the admin's
             assert _power_limit_mw(run_env) != ADMIN_LIMIT_MW
         t0 = time.monotonic()
-        os.killpg(proc.pid, sig)  # what Ctrl-C does (SIGINT to the foreground group); SIGTERM alike
+        os.killpg(proc.pid, sig)  # what Ctrl-C does (SIGINT to the foreground group); SIGTERM and a closed terminal's SIGHUP alike
         proc.wait(timeout=STOP_BOUND_S)
         stopped_s = time.monotonic() - t0
         assert proc.stdout is not None
