@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Callable, Mapping
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["PrefectServerError", "TemporaryServer", "check_reachable", "configured_api_url", "drain_prefect_workers"]
+__all__ = ["PrefectServerError", "TemporaryServer", "configured_api_url", "drain_prefect_workers"]
 
 
 class PrefectServerError(Exception):
@@ -85,24 +85,6 @@ def configured_api_url(environ: Mapping[str, str] | None = None) -> str | None:
     profile = profiles.get("profiles", {}).get(name, {})
     url = profile.get("PREFECT_API_URL") if isinstance(profile, dict) else None
     return str(url) if url else None
-
-
-def check_reachable(api_url: str, *, client: "httpx.Client | None" = None, timeout_s: float = 5.0) -> None:
-    """Raise :class:`PrefectServerError` unless ``api_url``'s health endpoint answers."""
-    import httpx
-
-    own = client is None
-    http = client or httpx.Client(timeout=timeout_s)
-    try:
-        response = http.get(f"{api_url.rstrip('/')}/health")
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise PrefectServerError(
-            f"the Prefect API at {api_url} (PREFECT_API_URL) is unreachable ({type(exc).__name__}: {exc}); "
-            "start it (`prefect server start`) or unset PREFECT_API_URL to use a temporary server") from None
-    finally:
-        if own:
-            http.close()
 
 
 def drain_prefect_workers(timeout_s: float = 5.0) -> None:

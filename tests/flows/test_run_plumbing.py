@@ -9,12 +9,11 @@ import signal
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
 
 from flows.cli._signals import StopSignals
 from flows.job import OUTPUT_THREAD_NAME
-from flows.prefect_server import PrefectServerError, check_reachable, configured_api_url
+from flows.prefect_server import configured_api_url
 from flows.run_logging import run_logging
 
 
@@ -26,15 +25,6 @@ def test_the_api_url_comes_from_the_environment_then_the_active_profile(tmp_path
     assert configured_api_url(home) == "http://work:4200/api"
     assert configured_api_url({**home, "PREFECT_PROFILE": "other"}) is None
     assert configured_api_url({"PREFECT_HOME": str(tmp_path / "nowhere")}) is None
-
-
-def test_an_unreachable_configured_server_is_one_sentence() -> None:
-    client = httpx.Client(transport=httpx.MockTransport(lambda request: (_ for _ in ()).throw(
-        httpx.ConnectError("connection refused", request=request))))
-    with pytest.raises(PrefectServerError, match=r"^the Prefect API at http://x:1/api \(PREFECT_API_URL\) is unreachable"):
-        check_reachable("http://x:1/api", client=client)
-    ok = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, json=True)))
-    check_reachable("http://x:1/api", client=ok)
 
 
 def _log_from_prefect(logger: logging.Logger, message: str) -> None:
