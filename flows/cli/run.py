@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import signal
+import sqlite3
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -229,6 +230,28 @@ def _api_settings(server: TemporaryServer | None) -> Iterator[None]:
         yield
 
 
+def _missed_by_serve(*, job: str | None, limit: int) -> list[str]:
+    """Warnings for the runs `gridshift serve` recorded as missed in its default store, newest first.
+
+    A missed run never started, so the ledger has no row for it; without this a night that did not
+    happen would be silent in `gridshift runs`.
+    """
+    from scheduler.ledger import gridshift_home
+    from scheduler.service import ServeStore
+
+    store = gridshift_home() / "serve.sqlite"
+    if not store.is_file():
+        return []
+    try:
+        missed = ServeStore(store).runs(state="missed")
+    except sqlite3.Error as exc:
+        return [f"warning: cannot read gridshift serve's missed runs from {store}: {exc}"]
+    if job is not None:
+        missed = [r for r in missed if r.key.rpartition("@")[0] == job]
+    return [f"warning: gridshift serve missed run {r.key} (planned for {r.run_at:%Y-%m-%d %H:%M} UTC): {r.outcome}"
+            for r in sorted(missed, key=lambda r: r.run_at, reverse=True)[:limit]]
+
+
 @app.command()
 def runs(
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
@@ -254,6 +277,8 @@ def runs(
         with Ledger() as ledger:
             rows = ledger.runs(job=job, limit=limit)
         where = f"ledger: {ledger.path}"
+        for line in _missed_by_serve(job=job, limit=limit):
+            typer.echo(line, err=True)
     for r in rows:  # on stderr, so --json stays one object on stdout
         if r.get("late_s"):
             typer.echo(f"warning: run {r['run_id']} of {r['job']} finished {r['late_s']:.0f} s after its deadline", err=True)

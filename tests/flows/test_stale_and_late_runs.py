@@ -92,3 +92,25 @@ def test_gridshift_runs_warns_about_late_runs_in_both_forms(tmp_path: Path, monk
     assert as_json.exit_code == 0 and warning in as_json.stderr
     rows = {r["run_id"]: r for r in json.loads(as_json.stdout)}
     assert (rows["late-one"]["late_s"], rows["on-time"]["late_s"], rows["no-dl"]["late_s"]) == (754.0, 0.0, None)
+
+
+def test_gridshift_runs_warns_about_runs_serve_missed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a missed night never started, so only serve's store knows it: `gridshift runs` must not be silent
+    from flows.cli import app
+    from scheduler.service import PlannedRun, ServeStore
+
+    monkeypatch.setenv("GRIDSHIFT_HOME", str(tmp_path))
+    now = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+    store = ServeStore(tmp_path / "serve.sqlite")
+    for job, day in (("nightly", 1), ("weekly", 1), ("nightly", 2)):
+        key = f"{job}@202603{day:02d}T0100Z"
+        store.add(PlannedRun(key=key, run_at=datetime(2026, 3, day, 2, 30, tzinfo=timezone.utc)), now)
+        store.missed(key, now, "not triggered by its latest start 04:20 (3 attempts: ConnectError)")
+    runner = CliRunner()
+    result = runner.invoke(app, ["runs", "--job", "nightly"])
+    assert result.exit_code == 0 and "no runs of job 'nightly' recorded" in result.stdout
+    lines = [ln for ln in result.stderr.splitlines() if "missed" in ln]
+    assert lines == [f"warning: gridshift serve missed run nightly@202603{d:02d}T0100Z (planned for 2026-03-{d:02d} 02:30 UTC): "
+                     "not triggered by its latest start 04:20 (3 attempts: ConnectError)" for d in (2, 1)]
+    assert "weekly" in runner.invoke(app, ["runs"]).stderr
+    assert runner.invoke(app, ["runs", "--json"]).stdout.strip() == "[]"  # the JSON list stays the ledger's runs
