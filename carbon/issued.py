@@ -5,6 +5,8 @@ the value (gCO2/kWh) the third column, else the only numeric one among the rest,
 ``column`` names. Times as in trace files (ISO-8601 or ``YYYY-MM-DD HH:MM[:SS]``, UTC when naive).
 Each value holds until the next ``valid_for`` of the same issue. Blank or ``NaN`` cells are points
 an issue did not forecast; two values for one (issued, valid_for) are refused (a file per zone).
+Asked "what was forecast for these times, as of then?", each time gets the newest issue that covers
+it (:meth:`IssuedForecasts.on_grid`).
 """
 
 from __future__ import annotations
@@ -23,25 +25,41 @@ from carbon.trace_file import _parse_time
 __all__ = ["IssuedForecasts", "read_issued_forecasts"]
 
 
+#: how many issues back a time not covered by the newest one is looked up in (a week of hourly issues)
+LOOK_BACK_ISSUES = 168
+
+
 @dataclass
 class IssuedForecasts:
-    """Issues in time order: POSIX issue times, and per issue its valid-for times and values."""
+    """Issues in time order: POSIX issue times, and per issue its valid-for times and values.
+
+    An issue covers from its first valid time to one step (its median spacing) past its last.
+    """
 
     issued_s: list[float]
     valid_s: list[np.ndarray]
     values: list[np.ndarray]
     source: str = ""
     _cache: dict[tuple[int, float, float, int], np.ndarray] = field(default_factory=dict, repr=False)
+    _ends: np.ndarray | None = field(default=None, repr=False)
 
     def latest_before(self, moment_s: float) -> int | None:
         """Index of the newest issue at or before ``moment_s`` (POSIX seconds), or None."""
         i = bisect.bisect_right(self.issued_s, moment_s) - 1
         return i if i >= 0 else None
 
-    def on_grid(self, moment_s: float, origin_s: float, step_s: float, n: int) -> np.ndarray | None:
-        """The newest issue before ``moment_s`` sampled at ``origin_s + k step_s`` (k < n); None without one.
+    def _coverage_ends(self) -> np.ndarray:
+        if self._ends is None:
+            ends = np.array([v[-1] + (float(np.median(np.diff(v))) if len(v) > 1 else 3600.0) for v in self.valid_s])
+            self._ends = np.maximum.accumulate(ends)  # the furthest any issue up to k reaches
+        return self._ends
 
-        Before the issue's first valid time its first value holds, after its last its last value.
+    def on_grid(self, moment_s: float, origin_s: float, step_s: float, n: int) -> np.ndarray | None:
+        """What the forecasts issued by ``moment_s`` said for ``origin_s + k step_s`` (k < n); None before any issue.
+
+        Each time gets the newest issue (at or before ``moment_s``) that covers it, so a day-ahead
+        archive issued at noon for tomorrow still answers for this evening from yesterday's issue.
+        NaN where none of the last ``LOOK_BACK_ISSUES`` issues covers a time.
         """
         i = self.latest_before(moment_s)
         if i is None:
@@ -50,8 +68,18 @@ class IssuedForecasts:
         hit = self._cache.get(key)
         if hit is None:
             grid = origin_s + np.arange(n) * step_s
-            j = np.clip(np.searchsorted(self.valid_s[i], grid, side="right") - 1, 0, len(self.valid_s[i]) - 1)
-            hit = self.values[i][j]
+            hit = np.full(n, np.nan)
+            reach = self._coverage_ends()
+            for k in range(i, max(i - LOOK_BACK_ISSUES, -1), -1):
+                todo = np.isnan(hit) & (grid < reach[k])
+                if not todo.any():
+                    break  # what is left lies beyond every older issue's horizon
+                valid = self.valid_s[k]
+                end = valid[-1] + (float(np.median(np.diff(valid))) if len(valid) > 1 else 3600.0)
+                inside = todo & (grid >= valid[0]) & (grid < end)
+                if inside.any():
+                    j = np.searchsorted(valid, grid[inside], side="right") - 1
+                    hit[inside] = self.values[k][j]
             if len(self._cache) > 4096:
                 self._cache.clear()
             self._cache[key] = hit

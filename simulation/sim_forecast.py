@@ -88,21 +88,34 @@ class DailyProfileForecaster:
 
 
 class IssuedForecaster:
-    """The newest issued forecast at or before each decision; the observed value at the decision itself.
+    """What the archive had forecast by each decision; the observed value at the decision itself.
 
-    Where no forecast was issued yet, or past an issue's horizon, the last known value holds.
+    Each time ahead gets the newest issue (issued at or before the decision) that covers it. Where
+    none does, the built-in forecaster fills in from past data (:class:`DailyProfileForecaster`),
+    as the product's monitor does when a provider publishes no forecast.
     """
 
     def __init__(self, issued: IssuedForecasts, *, origin_s: float, step_s: float) -> None:
         self.issued = issued
         self.origin_s = origin_s
         self.step_s = step_s
+        self.fallback = DailyProfileForecaster(step_s=step_s)
 
-    def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
+    def _issued(self, now_index: int, n: int) -> np.ndarray:
         at = self.origin_s + now_index * self.step_s
         got = self.issued.on_grid(at, at, self.step_s, n)
-        if got is None:
-            return np.full(n, float(values[now_index]))
-        out = np.array(got, dtype=float)
+        return np.full(n, np.nan) if got is None else np.array(got, dtype=float)
+
+    def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
+        out = self._issued(now_index, n)
+        missing = np.isnan(out)
+        if missing.any():
+            out[missing] = self.fallback.forecast(values, now_index, n)[missing]
         out[0] = float(values[now_index])
         return out
+
+    def coverage(self, first_index: int, last_index: int, n: int, *, every: int = 1) -> float:
+        """Share of the ``n`` steps ahead of each ``every``-th decision index in [first, last] the archive covered."""
+        idx = range(first_index, last_index + 1, max(every, 1))
+        covered = [np.count_nonzero(~np.isnan(self._issued(i, n)[1:])) for i in idx]
+        return float(sum(covered)) / max((n - 1) * len(covered), 1)

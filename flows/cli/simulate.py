@@ -47,6 +47,9 @@ def _human(s: dict[str, Any], trace: str) -> str:
         + ", ".join(f"{m} {v:.0%}" for m, v in s["mode_share"].items()),
         f"  energy and carbon are modelled {label} ({s['energy_source']}); intensity is the real trace",
     ]
+    if s.get("forecast_coverage") is not None:
+        lines.append(f"  the archive covered {s['forecast_coverage']:.1%} of the planning horizons (hourly, earliest start "
+                     "to deadline); the built-in forecaster filled the rest")
     if s.get("plot"):
         lines.append(f"  plot written to {s['plot']}")
     return "\n".join(lines)
@@ -110,10 +113,10 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         else:
             modes = figures_for_policy(pol, backend=SimulatedBackend(), policy_path=policy)
         if forecast_file is not None:
-            t0, step_s, _ = resample(series)
+            t0, step_s, grid = resample(series)
             issued = read_issued_forecasts(forecast_file, column=forecast_column)
             forecaster: Any = IssuedForecaster(issued, origin_s=t0.timestamp(), step_s=step_s)
-            label = f"issued forecasts ({forecast_file.name}, newest before each decision)"
+            label = f"issued forecasts ({forecast_file.name}, newest covering each time before each decision)"
         elif forecast == "history":
             _, step_s, _ = resample(series)
             forecaster = DailyProfileForecaster(step_s=step_s)
@@ -126,12 +129,18 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         else:
             raise PolicyError(f"--forecast must be 'history' or 'noisy', not {forecast!r}")
         result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain, workers=workers)
+        coverage = None
+        if forecast_file is not None and pol.job.deadline_s is not None:  # how much the archive answered
+            horizon = int((pol.job.deadline_s - pol.job.earliest_start_s) // step_s) + 2
+            coverage = forecaster.coverage(0, max(len(grid) - horizon, 0), horizon, every=max(int(3600 // step_s), 1))
     except (PolicyError, BadTrace) as exc:
         raise fail(exc, EXIT_INPUT) from None
     except ValueError as exc:
         raise fail(f"{trace}: {exc}", EXIT_INPUT) from None
     summary = result.summary()
     summary["trace"] = str(trace)
+    if coverage is not None:
+        summary["forecast_coverage"] = coverage
     summary["runtime_s"] = time.perf_counter() - t_begin
     if summary["jobs"] == 0:
         raise fail(f"{trace}: the trace is shorter than one job window; nothing to simulate", EXIT_INPUT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from carbon.errors import BadTrace
@@ -65,3 +66,21 @@ def test_a_named_column_with_no_values_is_refused(tmp_path: Path) -> None:
     f = _write(tmp_path, "issued_at,valid_for,forecast,actual\n2024-01-01 00:00,2024-01-01 01:00,,5\n")
     with pytest.raises(BadTrace, match=r"issued\.csv: no forecast values \(every forecast cell is empty\)"):
         read_issued_forecasts(f, column="forecast")
+
+
+def test_each_time_gets_the_newest_issue_that_covers_it(tmp_path: Path) -> None:
+    # a day-ahead archive: issued at noon for the whole next day; at 21:00 tonight is yesterday's issue
+    rows = ["issued_at,valid_for,g"]
+    for day, level in ((1, 100), (2, 200)):
+        for h in range(24):
+            rows.append(f"2024-01-0{day} 12:00,2024-01-0{day + 1} {h:02d}:00,{level + h}")
+    fc = read_issued_forecasts(_write(tmp_path, "\n".join(rows) + "\n"))
+    at = datetime(2024, 1, 2, 21, tzinfo=timezone.utc).timestamp()
+    got = fc.on_grid(at, at, 3600, 6)  # 21:00 .. 02:00
+    assert got.tolist() == [121.0, 122.0, 123.0, 200.0, 201.0, 202.0]
+    # nothing issued by then covers the day after tomorrow
+    assert np.isnan(fc.on_grid(at, at + 2 * 86400, 3600, 2)).all()
+    assert fc.on_grid(T - 1, T, 3600, 1) is None  # before the first issue
+    # an issue made after the decision is not seen, even where it covers
+    early = datetime(2024, 1, 2, 11, tzinfo=timezone.utc).timestamp()
+    assert np.isnan(fc.on_grid(early, at + 3 * 3600, 3600, 1)).all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -58,3 +59,17 @@ def test_plot_path_is_printed(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     assert f"plot written to {png.resolve()}" in out.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_forecast_archive_says_how_much_of_the_horizons_it_covered(tmp_path: Path) -> None:
+    # issued once, at noon on day 2, for the following 24 h: most nights are answered by the built-in forecaster
+    rows = [f"2024-01-02 12:00,2024-01-{2 + (12 + h) // 24:02d} {(12 + h) % 24:02d}:00,{200 + h}\n" for h in range(24)]
+    (tmp_path / "issued.csv").write_text("issued_at,valid_for,g\n" + "".join(rows))
+    args = ["simulate", str(NIGHTLY), "--trace", str(_trace(tmp_path / "t.csv")), "--forecast-file", str(tmp_path / "issued.csv")]
+    human = CliRunner().invoke(app, args)
+    assert human.exit_code == 0, human.output
+    line = next(ln for ln in human.stdout.splitlines() if "the archive covered" in ln)
+    assert "the built-in forecaster filled the rest" in line
+    js = CliRunner().invoke(app, [*args, "--json"])
+    assert js.exit_code == 0, js.output
+    assert 0.0 < json.loads(js.stdout)["forecast_coverage"] < 0.5

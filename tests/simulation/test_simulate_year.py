@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from carbon.series import IntensityPoint, IntensitySeries
 from simulation.sim_forecast import (
     DailyProfileForecaster,
+    IssuedForecaster,
     NoisyTraceForecaster,
     PerfectForecaster,
 )
@@ -167,3 +168,23 @@ def test_the_result_does_not_depend_on_the_number_of_worker_processes(nightly_po
     two = simulate(nightly_policy, series, MODEL, f, workers=2).summary()
     assert one["jobs"] >= 32  # enough for two workers
     assert one == two
+
+
+def test_the_history_forecaster_fills_what_the_archive_does_not_cover(tmp_path):
+    from carbon.issued import read_issued_forecasts
+
+    step = 3600.0
+    origin = datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()
+    values = np.tile(np.concatenate((np.full(12, 300.0), np.full(12, 100.0))), 40)  # 40 days, clean afternoons
+    f = tmp_path / "issued.csv"
+    start = datetime(2024, 1, 31, tzinfo=timezone.utc)  # one issue, 3 h ahead only
+    f.write_text("issued_at,valid_for,g\n" + "".join(
+        f"{start:%Y-%m-%d %H:%M},{start + timedelta(hours=h):%Y-%m-%d %H:%M},{50 + h}\n" for h in range(3)))
+    fc = IssuedForecaster(read_issued_forecasts(f), origin_s=origin, step_s=step)
+    now = 30 * 24  # 2024-01-31 00:00
+    out = fc.forecast(values, now, 6)
+    assert out[0] == values[now]  # observed
+    assert out[1:3].tolist() == [51.0, 52.0]  # the archive
+    assert np.allclose(out[3:], DailyProfileForecaster(step_s=step).forecast(values, now, 6)[3:])  # built-in
+    assert fc.coverage(now, now, 6) == pytest.approx(2 / 5)
+    assert fc.coverage(0, 10, 6) == 0.0  # before the issue
