@@ -79,14 +79,15 @@ def test_no_history_is_no_coverage() -> None:
         forecast_series(_series([1.0]), now=T0 - timedelta(days=1), horizon=timedelta(hours=1))
 
 
+@pytest.mark.parametrize("forecaster", [seasonal_hourly, daily_profile])
 @settings(deadline=None, max_examples=40)
-@given(st.lists(st.floats(min_value=0, max_value=2000, allow_nan=False), min_size=1, max_size=24 * 9),
+@given(st.lists(st.floats(min_value=0, max_value=2000, allow_nan=False), min_size=1, max_size=24 * 60),
        st.integers(min_value=1, max_value=48))
-def test_forecasts_are_finite_non_negative_and_bounded(values: list[float], steps: int) -> None:
+def test_forecasts_are_finite_non_negative_and_bounded(forecaster, values: list[float], steps: int) -> None:
     past = np.array(values)
-    pred = seasonal_hourly(past, steps)
+    pred = forecaster(past, steps)
     assert pred.shape == (steps,) and np.isfinite(pred).all() and (pred >= 0).all()
-    assert pred.max() <= 2 * past.max() + 1e-9  # blends of observed values plus a fading deviation
+    assert pred.max() <= 2 * past.max() + 1e-9  # a profile of observed values plus at most today's deviation
 
 
 def _weeks_of(deviation: np.ndarray) -> np.ndarray:
@@ -119,13 +120,3 @@ def test_daily_profile_with_short_history_is_persistence_then_a_kept_offset() ->
     past = daily_wave(2)
     past[-1] += 50.0  # one day of pairs is too few to measure how long an offset lasts: it is kept
     assert np.allclose(daily_profile(past, 3) - daily_wave(3)[48:51], 50.0)
-
-
-@settings(deadline=None, max_examples=40)
-@given(st.lists(st.floats(min_value=0, max_value=2000, allow_nan=False), min_size=1, max_size=24 * 60),
-       st.integers(min_value=1, max_value=48))
-def test_daily_profile_is_finite_non_negative_and_bounded(values: list[float], steps: int) -> None:
-    past = np.array(values)
-    pred = daily_profile(past, steps)
-    assert pred.shape == (steps,) and np.isfinite(pred).all() and (pred >= 0).all()
-    assert pred.max() <= 2 * past.max() + 1e-9  # a profile of observed values plus at most today's offset
