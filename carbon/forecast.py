@@ -3,10 +3,11 @@
 Forecasters share one hourly grid (``hourly_means``):
 
 * ``daily_profile`` (the default, :func:`daily_profile`; also the simulator's, on the trace's own
-  grid): the mean of the same time of day over the last ``days`` days, shifted to the latest
-  observed value. What a start choice needs is the *ranking* of the hours ahead; a shift that fades
-  (persistence first, the profile later) or a median ranked the nights of the 2020 DE and GB traces
-  worse (docs/scheduling.md), though ``seasonal`` has the lower 24 h MAPE.
+  grid): the mean of the same time of day over the last 28 days, plus today's deviation from it
+  carried ahead by how much of a deviation persisted that far ahead over the last 28 days (fitted
+  by least squares). What a start choice needs is the *ranking* of the hours ahead; this ranked the
+  nights of the 2020 DE traces best of those tried (docs/scheduling.md), though ``seasonal`` has
+  the lower 24 h MAPE.
 * ``seasonal`` (:func:`seasonal_hourly`): a daily profile learned from the last
   ``days`` days (the value at the same hour, recent days weighted more by ``day_decay``), blended
   with the same hour one week earlier (``week_weight``, for the weekday/weekend shape), plus the

@@ -73,10 +73,12 @@ def plan_policy_job(
     if start_now and running_mode is None:
         running_mode = policy.rules.clean_mode
         running_since = now - timedelta(seconds=policy.rules.min_dwell_s)
+    constraints = _constraints(policy)
     if deadline is None:
         slowest = min(f.speed for f in figures)
-        deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + _constraints(policy).slot_s)
+        deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + constraints.slot_s)
         pausable = False
+        constraints = replace(constraints, deadline_margin_s=0.0)  # no deadline the user set: nothing to keep a margin before
     # past the deadline the plan can only be the fastest finish; the planner wants a deadline ahead
     deadline = max(deadline, now)
     job = PlanJob(work_s=max(work_s, 1.0), not_before=not_before, deadline=deadline,
@@ -85,7 +87,6 @@ def plan_policy_job(
                   running_mode=running_mode, running_since=running_since, resuming=resuming,
                   reference_start=reference_start)
     objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
-    constraints = _constraints(policy)
     # a margin reaching back past now leaves no room, which the planner answers by dropping it: do
     # so here already, so it never sees a horizon that ends before now
     left_s = (deadline - now).total_seconds()

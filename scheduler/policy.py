@@ -204,7 +204,7 @@ class JobSpec(Strict):
     resume_overhead_s: float = Field(default=0.0, ge=0, description="extra speed-mode seconds of work each resume costs (reload, warm-up)")
     stop_grace_s: float = Field(default=60.0, gt=0, description="a checkpointable job gets this long after SIGTERM to write its checkpoint before SIGKILL")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the command")
-    workdir: Path | None = Field(default=None, description="working directory for the command (default: the current directory)")
+    workdir: Path | None = Field(default=None, description="working directory for the command (default: the policy file's folder)")
     batch_size_search: BatchSizeSearch | None = Field(default=None, description="search space of 'batch_size: auto' modes")
     gpus: int = Field(default=1, ge=1, description="GPUs the job uses on one node; on a site, it holds that many of the node's GPU slots while it trains")
 

@@ -1,5 +1,5 @@
 """`gridshift serve` as a user starts it: refuses without Prefect or the deployment (exit 3, one line),
-rejects a policy without job.cron (exit 2), plans and logs, and exits 130 on SIGINT / 143 on SIGTERM.
+rejects a policy without job.cron (exit 2), plans and logs, and exits 130 on SIGINT / 143 on SIGTERM / 129 on SIGHUP.
 A stub Prefect API (a real local HTTP server) answers the start-up checks; the real server is in
 test_serve_integration.py."""
 
@@ -71,7 +71,7 @@ def test_serve_rejects_a_policy_without_cron(tmp_path):
     assert _one_error_line(out) == f"gridshift: error: {policy}: job.cron: serve needs a recurring job (e.g. cron: '0 1 * * *')"
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_serve_plans_logs_and_stops_on_a_signal(tmp_path, sig, code):
     db = tmp_path / "serve.sqlite"
     with PrefectApiStub(["gridshift-nightly/nightly-retrain"]) as api:

@@ -115,6 +115,16 @@ def test_the_mode_timeline_follows_the_plan_through_clean_dirty_clean() -> None:
     assert len(run.windows) == 1 and run.windows[0].ended_by == "exit"
 
 
+def test_a_job_without_a_deadline_is_not_explained_by_a_margin_it_never_had() -> None:
+    policy = Policy.model_validate({**_policy(work_h=1, deadline_h=2).model_dump(mode="json", exclude_none=True),
+                                    "job": {"name": "free", "expected_duration_s": H}})
+    assert policy.job.deadline_s is None
+    plan = plan_policy_job(policy, _series(lambda m: 300.0), FIGURES, now=T0, work_s=H, not_before=T0,
+                           deadline=None, start_now=True)
+    assert plan.feasible and plan.start == T0
+    assert "margin" not in plan.reason and "deadline" not in plan.reason, plan.reason
+
+
 def test_the_issue_case_ends_in_time_with_the_modes_real_slowdown() -> None:
     # issue 10: a 6 h job, a 6.5 h deadline, an efficiency mode 1.25x slower. The old guard counted
     # the slow mode as 1.0x (no max_slowdown) and ended at 7.3 h.
