@@ -16,7 +16,7 @@ Index ``i`` itself is observed: every forecaster returns the true value there.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterable, Protocol
 
 import numpy as np
 
@@ -114,8 +114,10 @@ class IssuedForecaster:
         out[0] = float(values[now_index])
         return out
 
-    def coverage(self, first_index: int, last_index: int, n: int, *, every: int = 1) -> float:
-        """Share of the ``n`` steps ahead of each ``every``-th decision index in [first, last] the archive covered."""
-        idx = range(first_index, last_index + 1, max(every, 1))
-        covered = [np.count_nonzero(~np.isnan(self._issued(i, n)[1:])) for i in idx]
-        return float(sum(covered)) / max((n - 1) * len(covered), 1)
+    def coverage(self, asks: Iterable[tuple[int, int]]) -> float:
+        """Share of the steps ahead the archive covered, over ``(decision index, steps incl. now)`` asks."""
+        covered = total = 0
+        for i, n in asks:
+            covered += int(np.count_nonzero(~np.isnan(self._issued(i, n)[1:])))
+            total += max(n - 1, 0)
+        return covered / total if total else 0.0

@@ -48,8 +48,8 @@ def _human(s: dict[str, Any], trace: str) -> str:
         f"  energy and carbon are modelled {label} ({s['energy_source']}); intensity is the real trace",
     ]
     if s.get("forecast_coverage") is not None:
-        lines.append(f"  the archive covered {s['forecast_coverage']:.1%} of the planning horizons (hourly, earliest start "
-                     "to deadline); the built-in forecaster filled the rest")
+        lines.append(f"  the archive covered {s['forecast_coverage']:.1%} of what gridshift's plans asked (each plan's "
+                     "horizon to the deadline); the built-in forecaster filled the rest")
     if s.get("plot"):
         lines.append(f"  plot written to {s['plot']}")
     return "\n".join(lines)
@@ -90,6 +90,20 @@ def simulate(
               forecast_file=forecast_file, forecast_column=forecast_column, workers=workers)
 
 
+def _gridshift_asks(result: Any, policy: Any, step_s: float) -> list[tuple[int, int]]:
+    """(grid index, steps to the deadline) of each forecast gridshift's plans asked for: the earliest
+    start of each job, then every re-plan interval while it ran."""
+    import numpy as np
+
+    interval = getattr(policy.rules, "interval_s", 900.0)
+    asks = []
+    for j in result.outcomes["gridshift"]:
+        moments = [j.nominal_s + policy.job.earliest_start_s]
+        moments += list(np.arange(j.start_s, j.end_s, interval))
+        asks += [(int(t // step_s), int(np.ceil((j.deadline_s - t) / step_s)) + 1) for t in moments if t < j.deadline_s]
+    return asks
+
+
 def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, plot: Path | None, forecast: str,
               forecast_error: float, seed: int, min_gain: float, profile: Path | None,
               forecast_file: Path | None = None, forecast_column: str | None = None, workers: int | None = None) -> None:
@@ -113,7 +127,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         else:
             modes = figures_for_policy(pol, backend=SimulatedBackend(), policy_path=policy)
         if forecast_file is not None:
-            t0, step_s, grid = resample(series)
+            t0, step_s, _ = resample(series)
             issued = read_issued_forecasts(forecast_file, column=forecast_column)
             forecaster: Any = IssuedForecaster(issued, origin_s=t0.timestamp(), step_s=step_s)
             label = f"issued forecasts ({forecast_file.name}, newest covering each time before each decision)"
@@ -130,9 +144,8 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
             raise PolicyError(f"--forecast must be 'history' or 'noisy', not {forecast!r}")
         result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain, workers=workers)
         coverage = None
-        if forecast_file is not None and pol.job.deadline_s is not None:  # how much the archive answered
-            horizon = int((pol.job.deadline_s - pol.job.earliest_start_s) // step_s) + 2
-            coverage = forecaster.coverage(0, max(len(grid) - horizon, 0), horizon, every=max(int(3600 // step_s), 1))
+        if forecast_file is not None:  # how much of what the planner asked the archive answered
+            coverage = forecaster.coverage(_gridshift_asks(result, pol, step_s))
     except (PolicyError, BadTrace) as exc:
         raise fail(exc, EXIT_INPUT) from None
     except ValueError as exc:

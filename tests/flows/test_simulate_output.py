@@ -69,7 +69,7 @@ def test_a_forecast_archive_says_how_much_of_the_horizons_it_covered(tmp_path: P
     human = CliRunner().invoke(app, args)
     assert human.exit_code == 0, human.output
     line = next(ln for ln in human.stdout.splitlines() if "the archive covered" in ln)
-    assert "the built-in forecaster filled the rest" in line
+    assert "of what gridshift's plans asked" in line and "the built-in forecaster filled the rest" in line
     js = CliRunner().invoke(app, [*args, "--json"])
     assert js.exit_code == 0, js.output
     assert 0.0 < json.loads(js.stdout)["forecast_coverage"] < 0.5

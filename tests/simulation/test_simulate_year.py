@@ -186,5 +186,6 @@ def test_the_history_forecaster_fills_what_the_archive_does_not_cover(tmp_path):
     assert out[0] == values[now]  # observed
     assert out[1:3].tolist() == [51.0, 52.0]  # the archive
     assert np.allclose(out[3:], DailyProfileForecaster(step_s=step).forecast(values, now, 6)[3:])  # built-in
-    assert fc.coverage(now, now, 6) == pytest.approx(2 / 5)
-    assert fc.coverage(0, 10, 6) == 0.0  # before the issue
+    assert fc.coverage([(now, 6)]) == pytest.approx(2 / 5)
+    assert fc.coverage([(i, 6) for i in range(10)]) == 0.0  # before the issue
+    assert fc.coverage([(now, 6), (0, 6)]) == pytest.approx(2 / 10)
