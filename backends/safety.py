@@ -55,7 +55,9 @@ def install_restore_handlers(backend: Backend, *, log: Callable[[str], None] | N
         raise SystemExit(128 + signum)
 
     for sig in _SIGNALS:
-        if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP: the user asked to keep running
+        # nohup's ignored SIGHUP: the user asked to keep running. (A background job's ignored SIGINT is
+        # still taken: `kill -INT` must restore.)
+        if not (sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN):
             previous[sig] = signal.signal(sig, handler)
 
     def uninstall() -> None:

@@ -53,7 +53,7 @@ class StopSignals:
     @contextmanager
     def installed(self) -> Iterator["StopSignals"]:
         previous: dict[int, Any] = {sig: signal.signal(sig, self.handle) for sig in _HANDLED
-                                    if signal.getsignal(sig) is not signal.SIG_IGN}
+                                    if not (sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN)}
         try:
             yield self
         finally:

@@ -164,9 +164,10 @@ def serve(
         stopped_by.append(signum)
         service.stop()
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: its terminal closed; nohup's ignore stays
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # its terminal closed; under nohup it stays ignored
+        signal.signal(signal.SIGHUP, _stop)
     typer.echo(f"gridshift serve: {len(loaded)} policies, store {store}, re-planning every {poll_s:.0f} s", err=True)
     service.run_forever()
     if stopped_by:

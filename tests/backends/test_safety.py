@@ -55,3 +55,18 @@ def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_an_ignored_sigint_still_restores(tmp_path: Path) -> None:
+    # `cmd &` in a non-interactive shell starts with SIGINT ignored: `kill -INT` must still restore
+    backend, fake, _ = make_backend(tmp_path)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with restoring_on_signals(backend):
+                backend.apply(Settings(power_limit_w=300))
+                os.kill(os.getpid(), signal.SIGINT)
+        assert fake.state()["gpus"][0]["power_limit_mw"] == 700_000
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -88,6 +88,18 @@ def test_the_handlers_are_installed_for_the_block_only() -> None:
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_an_ignored_sigint_is_still_taken() -> None:
+    # a background job of a non-interactive shell (`cmd &`, as CI runs the suite) starts with SIGINT
+    # ignored; `kill -INT` must still stop the run and restore
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with StopSignals().installed() as stop:
+            assert signal.getsignal(signal.SIGINT) == stop.handle
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_a_closed_terminal_stops_the_run_and_nohup_keeps_it_going() -> None:
     with pytest.raises(SystemExit) as info:
         StopSignals().handle(signal.SIGHUP, None)
