@@ -50,10 +50,14 @@ def _exit_code_of(report: dict[str, Any]) -> int:
 
 def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
     label = "measured" if report["measured"] else "SIMULATED - modelled, not measured"
+    first = report["modes"][0]["mode"] if report["modes"] else ""
+    reason = report["decision_reason"]
+    # the planner's sentences already name the mode ("efficiency throughout: ..."); a rule's do not
+    named = f"{first} mode: " if first and not reason.startswith(first) else ""
     lines = [
         f"gridshift run {report['run_id']}: {report['status']}",
         f"  job        {report['job']} (backend {report['backend']})",
-        f"  decision   {report['modes'][0]['mode'] + ' mode: ' if report['modes'] else ''}{report['decision_reason']}",
+        f"  decision   {named}{reason}",
         f"  start      {report['started_at'][:19].replace('T', ' ')} UTC (deferred {report['deferred_s']:.0f} s)",
         f"  duration   {report['duration_s']:.1f} s",
     ]

@@ -111,3 +111,17 @@ def test_a_closed_terminal_stops_the_run_and_nohup_keeps_it_going() -> None:
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+@pytest.mark.parametrize(("reason", "shown"), [
+    ("efficiency throughout: 20% less energy per unit of work", "  decision   efficiency throughout: 20% less"),
+    ("627 g/kWh is above the dirty threshold", "  decision   efficiency mode: 627 g/kWh is above"),
+])
+def test_the_decision_line_names_the_mode_once(reason: str, shown: str) -> None:
+    from flows.cli.run import _human
+
+    report = {"run_id": "r1", "status": "completed", "job": "j", "backend": "simulated", "decision_reason": reason,
+              "modes": [{"mode": "efficiency", "start": "2026-12-01T00:00:00+00:00"}], "started_at": "2026-12-01T00:00:00",
+              "deferred_s": 0.0, "duration_s": 1.0, "measured": False, "energy_j": 1.0, "carbon_g": 0.1,
+              "intensity_g_per_kwh": 600.0, "intensity_kind": "marginal", "intensity_source": "trace"}
+    assert shown in _human(report)
