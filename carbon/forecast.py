@@ -148,13 +148,23 @@ def seasonal_hourly(
 def _same_time_means(past: np.ndarray, per_day: int, days: int) -> np.ndarray:
     """For every index o: the mean of ``past[o - d x per_day]``, d = 1..days (fewer where history is short; NaN skipped).
 
-    One pass over the day-strided cumulative sums, so a fit over weeks of origins stays cheap.
+    Day-strided cumulative sums, so a fit over weeks of origins stays cheap; whole gap-free days (the
+    usual case) take one cumulative sum over the days as rows.
     """
     n = len(past)
+    known = ~np.isnan(past)
+    if n % per_day == 0 and known.all():
+        rows = past.reshape(-1, per_day)
+        cum = np.vstack((np.zeros((1, per_day)), np.cumsum(rows, axis=0)))
+        r = np.arange(len(rows))
+        lo = np.maximum(r - days, 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = (cum[r] - cum[lo]) / (r - lo)[:, None]
+        means[0] = np.nan  # the first day has no day behind it
+        return means.ravel()
     n_days = -(-n // per_day) + days + 1
     vals = np.zeros(n_days * per_day)
     have = np.zeros(n_days * per_day)
-    known = ~np.isnan(past)
     off = (days + 1) * per_day  # leading zero days: lags before the start count as missing
     vals[off: off + n] = np.where(known, past, 0.0)
     have[off: off + n] = known
@@ -233,13 +243,7 @@ def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int 
     beta = np.ones(steps + 1)
     if fit_days > 0:
         recent = past[max(now + 1 - (fit_days + days) * per_day, 0):]
-        if len(recent) == (fit_days + days) * per_day and not np.isnan(recent).any():
-            # the usual case, a full history without gaps: whole days as rows, one cumulative sum
-            rows = recent.reshape(fit_days + days, per_day)
-            cum = np.vstack((np.zeros((1, per_day)), np.cumsum(rows, axis=0)))
-            deviation = (rows[days:] - (cum[days: days + fit_days] - cum[:fit_days]) / days).ravel()
-        else:
-            deviation = (recent - _same_time_means(recent, per_day, days))[-fit_days * per_day:]
+        deviation = (recent - _same_time_means(recent, per_day, days))[-fit_days * per_day:]
         beta = _persistence(deviation, steps, min_pairs=per_day)
     return np.maximum(profile + beta * (current - profile[0]), 0.0)[1:]
 

@@ -120,3 +120,18 @@ def test_daily_profile_with_short_history_is_persistence_then_a_kept_offset() ->
     past = daily_wave(2)
     past[-1] += 50.0  # one day of pairs is too few to measure how long an offset lasts: it is kept
     assert np.allclose(daily_profile(past, 3) - daily_wave(3)[48:51], 50.0)
+
+
+@pytest.mark.parametrize(("n", "gaps"), [(10 * 24, False), (10 * 24, True), (10 * 24 + 7, False)])
+def test_same_time_means_agrees_with_the_definition(n: int, gaps: bool) -> None:
+    # the whole-days shortcut (gap-free, whole days) and the general path both give the plain mean
+    from carbon.forecast import _same_time_means
+
+    rng = np.random.default_rng(n + gaps)
+    past = rng.normal(300.0, 50.0, size=n)
+    if gaps:
+        past[rng.choice(n, size=20, replace=False)] = np.nan
+    got = _same_time_means(past, 24, 4)
+    for o in range(n):
+        lags = [past[o - d * 24] for d in range(1, 5) if o - d * 24 >= 0 and not np.isnan(past[o - d * 24])]
+        assert (np.isnan(got[o]) if not lags else got[o] == pytest.approx(np.mean(lags))), o
