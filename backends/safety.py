@@ -24,9 +24,18 @@ from typing import Any, Callable, Iterator
 
 from backends.base import Backend
 
-__all__ = ["install_restore_handlers", "restoring_on_signals"]
+__all__ = ["install_restore_handlers", "restoring_on_signals", "stop_signals"]
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+def stop_signals() -> tuple[int, ...]:
+    """The signals that stop gridshift cleanly: SIGINT, SIGTERM, and SIGHUP unless it is ignored.
+
+    An ignored SIGHUP is nohup's: the user asked to keep running when the terminal goes. An ignored
+    SIGINT is still taken (a background job of a non-interactive shell starts with it ignored, and
+    ``kill -INT`` must still restore).
+    """
+    hup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGINT, signal.SIGTERM, *hup)
 
 
 def install_restore_handlers(backend: Backend, *, log: Callable[[str], None] | None = None) -> Callable[[], None]:
@@ -54,11 +63,8 @@ def install_restore_handlers(backend: Backend, *, log: Callable[[str], None] | N
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)
 
-    for sig in _SIGNALS:
-        # nohup's ignored SIGHUP: the user asked to keep running. (A background job's ignored SIGINT is
-        # still taken: `kill -INT` must restore.)
-        if not (sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN):
-            previous[sig] = signal.signal(sig, handler)
+    for sig in stop_signals():
+        previous[sig] = signal.signal(sig, handler)
 
     def uninstall() -> None:
         for sig, old in previous.items():

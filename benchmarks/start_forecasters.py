@@ -29,16 +29,11 @@ Forecast = Callable[[np.ndarray, int, int], np.ndarray]
 
 
 def _profile_forecasts(per_day: int) -> dict[str, Forecast]:
-    from carbon.forecast import daily_profile
+    from simulation.sim_forecast import DailyProfileForecaster
 
-    def shipped(v: np.ndarray, i: int, n: int) -> np.ndarray:
-        past = v[max(i - 57 * per_day, 0): i + 1]
-        return np.concatenate(([v[i]], daily_profile(past, n - 1, per_day=per_day)))
-
-    def level_kept(v: np.ndarray, i: int, n: int) -> np.ndarray:
-        # the previous default: the 14-day shape, shifted whole to today's level
-        past = v[max(i - 15 * per_day, 0): i + 1]
-        return np.concatenate(([v[i]], daily_profile(past, n - 1, per_day=per_day, days=14, fit_days=0)))
+    step_s = 86400.0 / per_day
+    shipped = DailyProfileForecaster(step_s=step_s).forecast  # what simulate and the flow use
+    level_kept = DailyProfileForecaster(step_s=step_s, days=14, fit_days=0).forecast  # the previous default
 
     def fading_median(v: np.ndarray, i: int, n: int) -> np.ndarray:
         # the previous default: median profile, today's offset fading out over 3 h

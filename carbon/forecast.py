@@ -31,7 +31,9 @@ from carbon.errors import NoCoverage
 from carbon.series import IntensityPoint, IntensitySeries
 
 __all__ = [
+    "FIT_DAYS",
     "FORECAST_HISTORY",
+    "PROFILE_DAYS",
     "ForecasterName",
     "FORECASTERS",
     "daily_profile",
@@ -44,8 +46,11 @@ __all__ = [
 
 ForecasterName = Literal["daily_profile", "seasonal", "persistence", "same_hour_yesterday"]
 _HOUR = timedelta(hours=1)
-#: the history :func:`daily_profile` uses in full: 28 days of daily shape behind each of 28 days of fitted origins
-FORECAST_HISTORY = timedelta(days=56)
+#: :func:`daily_profile`'s defaults: days of daily shape, and days of origins its persistence is fitted on
+PROFILE_DAYS = 28
+FIT_DAYS = 28
+#: the history :func:`daily_profile` uses in full: a daily shape behind each of its fitted origins
+FORECAST_HISTORY = timedelta(days=PROFILE_DAYS + FIT_DAYS)
 _HOUR_S = 3600.0
 
 
@@ -204,7 +209,8 @@ def _persistence(deviation: np.ndarray, steps: int, min_pairs: int) -> np.ndarra
     return beta
 
 
-def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int = 28, fit_days: int = 28) -> np.ndarray:
+def daily_profile(past: np.ndarray, steps: int, *, per_day: int = 24, days: int = PROFILE_DAYS,
+                  fit_days: int = FIT_DAYS) -> np.ndarray:
     """The ``steps`` values after the last entry of ``past`` (a regular grid, ``per_day`` values a day; NaN = gap).
 
     forecast(k) = profile(k) + beta(k) x (last value - profile(now)), where

@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import bisect
 import csv
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from carbon.errors import BadTrace
-from carbon.trace_file import _parse_time
+from carbon.trace_file import MISSING_CELLS, _is_number, _parse_time
 
 __all__ = ["IssuedForecasts", "read_issued_forecasts"]
 
 
 #: how many issues back a time not covered by the newest one is looked up in (a week of hourly issues)
-LOOK_BACK_ISSUES = 168
+_LOOK_BACK_ISSUES = 168
 
 
 @dataclass
@@ -40,50 +39,40 @@ class IssuedForecasts:
     valid_s: list[np.ndarray]
     values: list[np.ndarray]
     source: str = ""
-    _cache: dict[tuple[int, float, float, int], np.ndarray] = field(default_factory=dict, repr=False)
-    _ends: np.ndarray | None = field(default=None, repr=False)
+    _end_s: np.ndarray = field(init=False, repr=False)  # where each issue's coverage ends
+    _reach_s: np.ndarray = field(init=False, repr=False)  # the furthest any issue up to k reaches
+
+    def __post_init__(self) -> None:
+        self._end_s = np.array([v[-1] + (float(np.median(np.diff(v))) if len(v) > 1 else 3600.0)
+                                for v in self.valid_s])
+        self._reach_s = np.maximum.accumulate(self._end_s) if len(self._end_s) else self._end_s
 
     def latest_before(self, moment_s: float) -> int | None:
         """Index of the newest issue at or before ``moment_s`` (POSIX seconds), or None."""
         i = bisect.bisect_right(self.issued_s, moment_s) - 1
         return i if i >= 0 else None
 
-    def _coverage_ends(self) -> np.ndarray:
-        if self._ends is None:
-            ends = np.array([v[-1] + (float(np.median(np.diff(v))) if len(v) > 1 else 3600.0) for v in self.valid_s])
-            self._ends = np.maximum.accumulate(ends)  # the furthest any issue up to k reaches
-        return self._ends
-
     def on_grid(self, moment_s: float, origin_s: float, step_s: float, n: int) -> np.ndarray | None:
         """What the forecasts issued by ``moment_s`` said for ``origin_s + k step_s`` (k < n); None before any issue.
 
         Each time gets the newest issue (at or before ``moment_s``) that covers it, so a day-ahead
         archive issued at noon for tomorrow still answers for this evening from yesterday's issue.
-        NaN where none of the last ``LOOK_BACK_ISSUES`` issues covers a time.
+        NaN where none of the last week of issues covers a time.
         """
         i = self.latest_before(moment_s)
         if i is None:
             return None
-        key = (i, origin_s, step_s, n)
-        hit = self._cache.get(key)
-        if hit is None:
-            grid = origin_s + np.arange(n) * step_s
-            hit = np.full(n, np.nan)
-            reach = self._coverage_ends()
-            for k in range(i, max(i - LOOK_BACK_ISSUES, -1), -1):
-                todo = np.isnan(hit) & (grid < reach[k])
-                if not todo.any():
-                    break  # what is left lies beyond every older issue's horizon
-                valid = self.valid_s[k]
-                end = valid[-1] + (float(np.median(np.diff(valid))) if len(valid) > 1 else 3600.0)
-                inside = todo & (grid >= valid[0]) & (grid < end)
-                if inside.any():
-                    j = np.searchsorted(valid, grid[inside], side="right") - 1
-                    hit[inside] = self.values[k][j]
-            if len(self._cache) > 4096:
-                self._cache.clear()
-            self._cache[key] = hit
-        return hit
+        grid = origin_s + np.arange(n) * step_s
+        out = np.full(n, np.nan)
+        for k in range(i, max(i - _LOOK_BACK_ISSUES, -1), -1):
+            todo = np.isnan(out) & (grid < self._reach_s[k])
+            if not todo.any():
+                break  # what is left lies beyond every older issue's horizon
+            valid = self.valid_s[k]
+            inside = todo & (grid >= valid[0]) & (grid < self._end_s[k])
+            if inside.any():
+                out[inside] = self.values[k][np.searchsorted(valid, grid[inside], side="right") - 1]
+        return out
 
 
 def read_issued_forecasts(path: str | Path, *, column: str | None = None) -> IssuedForecasts:
@@ -113,8 +102,9 @@ def read_issued_forecasts(path: str | Path, *, column: str | None = None) -> Iss
             raise BadTrace(f"{where}:1: several value columns ({', '.join(header[k] for k in numeric)}): "
                            "name one with --forecast-column")
         vcol = numeric[0]
-    body = [row for row in rows[1:] if any(row)]
-    lines = np.array([line for line, row in enumerate(rows[1:], start=2) if any(row)])
+    numbered = [(line, row) for line, row in enumerate(rows[1:], start=2) if any(row)]
+    lines = np.array([line for line, _ in numbered])
+    body = [row for _, row in numbered]
     issued_text = [row[0] for row in body]
     valid_text = [row[1] if len(row) > 1 else "" for row in body]
     # an archive repeats each issue time on every row of the issue and each valid time in every
@@ -129,11 +119,11 @@ def read_issued_forecasts(path: str | Path, *, column: str | None = None) -> Iss
     iss = np.array([seconds[t] for t in issued_text])
     val = np.array([seconds[t] for t in valid_text])
     cells = [row[vcol].strip() if vcol < len(row) else "" for row in body]
-    filled = np.array([c.lower() not in _MISSING for c in cells], dtype=bool)  # else: not forecast by that issue
+    filled = np.array([c.lower() not in MISSING_CELLS for c in cells], dtype=bool)  # else: not forecast by that issue
     try:
         vals = np.array([c for c, f in zip(cells, filled) if f], dtype=float)
     except ValueError:
-        line, cell = next((ln, c) for ln, c, f in zip(lines, cells, filled) if f and not _number(c))
+        line, cell = next((ln, c) for ln, c, f in zip(lines, cells, filled) if f and not _is_number(c))
         raise BadTrace(f"{where}:{line}: {header[vcol]} must be a number, not {cell!r}") from None
     iss, val, lines = iss[filled], val[filled], lines[filled]
     if not len(vals):
@@ -153,19 +143,7 @@ def read_issued_forecasts(path: str | Path, *, column: str | None = None) -> Iss
                            valid_s=np.split(val, cuts), values=np.split(vals, cuts), source=Path(path).name)
 
 
-#: cells that mean "no value here" in exported archives
-_MISSING = frozenset({"", "nan", "null", "none", "na", "n/a"})
-
-
 def _numeric_column(rows: list[list[str]], k: int) -> bool:
     """Every filled cell of column ``k`` in ``rows`` is a number, and at least one is filled."""
-    cells = [row[k].strip() for row in rows if k < len(row) and row[k].strip().lower() not in _MISSING]
-    return bool(cells) and all(_number(c) for c in cells)
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
+    cells = [row[k].strip() for row in rows if k < len(row) and row[k].strip().lower() not in MISSING_CELLS]
+    return bool(cells) and all(_is_number(c) for c in cells)

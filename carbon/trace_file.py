@@ -42,6 +42,10 @@ def _parse_time(text: str) -> datetime | None:
         return None
 
 
+#: cells that mean "no value here" in exported data: a gap in a trace, a point an issue did not forecast
+MISSING_CELLS = frozenset({"", "nan", "null", "none", "na", "n/a"})
+
+
 def _is_number(text: str) -> bool:
     try:
         return math.isfinite(float(text))
@@ -100,7 +104,7 @@ def parse_trace_text(
         if t is None:
             raise BadTrace(f"{where}:{line}: cannot parse timestamp {row[ti]!r}")
         raw = row[vi].strip()
-        if raw == "" or raw.lower() in ("nan", "null", "none"):
+        if raw.lower() in MISSING_CELLS:
             continue  # a missing value is a gap, as in real traces
         try:
             value = float(raw)

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-__all__ = ["Backoff", "PlannedRun", "PlanningService", "RunState", "ServeRun", "ServeStore", "TickResult",
+__all__ = ["Backoff", "PlannedRun", "default_store_path", "PlanningService", "RunState", "ServeRun", "ServeStore", "TickResult",
            "latest_start", "nominal_runs"]
 
 RunState = Literal["planned", "firing", "fired", "missed"]
@@ -107,6 +107,13 @@ def _iso(t: datetime | None) -> str | None:
 
 def _time(s: str | None) -> datetime | None:
     return datetime.fromisoformat(s) if s else None
+
+
+def default_store_path() -> Path:
+    """Where ``gridshift serve`` keeps its planned runs unless told otherwise: ``$GRIDSHIFT_HOME/serve.sqlite``."""
+    from scheduler.ledger import gridshift_home
+
+    return gridshift_home() / "serve.sqlite"
 
 
 class ServeStore:

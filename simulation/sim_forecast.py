@@ -20,7 +20,7 @@ from typing import Iterable, Protocol
 
 import numpy as np
 
-from carbon.forecast import daily_profile
+from carbon.forecast import FIT_DAYS, PROFILE_DAYS, daily_profile
 from carbon.issued import IssuedForecasts
 
 __all__ = ["GridForecaster", "DailyProfileForecaster", "IssuedForecaster", "NoisyTraceForecaster", "PerfectForecaster"]
@@ -75,7 +75,7 @@ class NoisyTraceForecaster:
 class DailyProfileForecaster:
     """:func:`carbon.forecast.daily_profile` on the simulator's grid: past data only."""
 
-    def __init__(self, *, step_s: float, days: int = 28, fit_days: int = 28) -> None:
+    def __init__(self, *, step_s: float, days: int = PROFILE_DAYS, fit_days: int = FIT_DAYS) -> None:
         self.per_day = max(int(round(86400.0 / step_s)), 1)
         self.days = days
         self.fit_days = fit_days

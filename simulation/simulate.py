@@ -377,7 +377,7 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
                 t += wait * slot
                 started = started or not pausable
                 continue
-        todo = (todo[:steps] or [-1]) if todo else [-1]
+        todo = todo[:steps] or [-1]
         if len(todo) < steps and todo[-1] >= 0:
             todo += [todo[-1]] * (steps - len(todo))
         for k, m in enumerate(todo):
@@ -497,22 +497,34 @@ def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
     return out
 
 
-def _simulate_chunk(ctx: _JobContext, offsets: Sequence[float]) -> list[dict[str, JobOutcome]]:
+#: the context forked workers inherit (set just before the pool forks), so it is not pickled to each
+_FORKED: _JobContext | None = None
+
+
+def _simulate_chunk(offsets: Sequence[float], ctx: _JobContext | None = None) -> list[dict[str, JobOutcome]]:
+    ctx = ctx if ctx is not None else _FORKED
+    assert ctx is not None
     return [_simulate_job(ctx, ns) for ns in offsets]
 
 
 def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None) -> list[dict[str, JobOutcome]]:
     """Jobs are independent: spread them over ``workers`` processes (default: one per core), in order.
 
-    Forked workers share the trace without copying it; where fork is unavailable it runs in-process.
+    Forked workers inherit the context (trace, forecaster, a forecast archive) without copying or
+    pickling it; only the job offsets and outcomes cross. Where fork is unavailable it runs in-process.
     """
+    global _FORKED
     n = workers if workers is not None else (os.cpu_count() or 1)
     n = min(n, len(offsets) // _MIN_JOBS_PER_WORKER)
     if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return _simulate_chunk(ctx, offsets)
+        return _simulate_chunk(offsets, ctx)
     chunks = [offsets[k::n] for k in range(n)]  # interleaved: each worker gets every season
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
-        parts = list(pool.map(_simulate_chunk, [ctx] * n, chunks))
+    _FORKED = ctx
+    try:
+        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = list(pool.map(_simulate_chunk, chunks))
+    finally:
+        _FORKED = None
     ordered: list[dict[str, JobOutcome]] = [{}] * len(offsets)
     for k, part in enumerate(parts):
         ordered[k::n] = part

@@ -1,7 +1,7 @@
 """How ``gridshift run`` stops on SIGINT (Ctrl-C), SIGTERM and SIGHUP (its terminal or SSH session closed).
 
-The first signal raises in the main thread (``KeyboardInterrupt`` for SIGINT, ``SystemExit(143)``
-for SIGTERM and SIGHUP), so the flow unwinds through its ``finally`` blocks: the job is stopped, the settings
+The first signal raises in the main thread (``KeyboardInterrupt`` for SIGINT, ``SystemExit(128 + N)``
+for SIGTERM and SIGHUP: 143, 129), so the flow unwinds through its ``finally`` blocks: the job is stopped, the settings
 restored (the backend's own handler restores at once, then calls this one), the run recorded.
 A second signal raises again, which cuts short what is being waited for (the job's grace period
 before SIGKILL, the temporary server's shutdown); the settings are still restored first because
@@ -18,9 +18,6 @@ from types import FrameType
 from typing import Any, Iterator
 
 __all__ = ["StopSignals"]
-
-_HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
 
 class StopSignals:
     """Counts SIGINT/SIGTERM/SIGHUP while :meth:`installed`; ``exit_code`` is 128 + the first one's number."""
@@ -52,8 +49,9 @@ class StopSignals:
 
     @contextmanager
     def installed(self) -> Iterator["StopSignals"]:
-        previous: dict[int, Any] = {sig: signal.signal(sig, self.handle) for sig in _HANDLED
-                                    if not (sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN)}
+        from backends.safety import stop_signals
+
+        previous: dict[int, Any] = {sig: signal.signal(sig, self.handle) for sig in stop_signals()}
         try:
             yield self
         finally:

@@ -133,7 +133,6 @@ def serve(
 
     quiet_prefect_environment()  # before Prefect is imported: no ephemeral server, no telemetry
     from scheduler.errors import PolicyError
-    from scheduler.ledger import gridshift_home
     from scheduler.policy_io import load_policy
 
     try:
@@ -153,9 +152,9 @@ def serve(
         raise fail(exc, EXIT_ENV) from None
 
     from flows.deploy import trigger_deployment
-    from scheduler.service import PlanningService
+    from scheduler.service import PlanningService, default_store_path
 
-    store = db or (gridshift_home() / "serve.sqlite")
+    store = db or default_store_path()
     service = PlanningService(db_path=store, plan=serve_plan(loaded, targets), trigger=trigger_deployment,
                               poll_interval_s=poll_s, log=lambda m: typer.echo(f"gridshift serve: {m}", err=True))
     stopped_by: list[int] = []
@@ -164,10 +163,10 @@ def serve(
         stopped_by.append(signum)
         service.stop()
 
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # its terminal closed; under nohup it stays ignored
-        signal.signal(signal.SIGHUP, _stop)
+    from backends.safety import stop_signals
+
+    for sig in stop_signals():
+        signal.signal(sig, _stop)
     typer.echo(f"gridshift serve: {len(loaded)} policies, store {store}, re-planning every {poll_s:.0f} s", err=True)
     service.run_forever()
     if stopped_by:

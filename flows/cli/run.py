@@ -6,7 +6,6 @@ import importlib
 import json
 import os
 import signal
-import sqlite3
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -240,10 +239,11 @@ def _missed_by_serve(*, job: str | None, limit: int) -> list[str]:
     A missed run never started, so the ledger has no row for it; without this a night that did not
     happen would be silent in `gridshift runs`.
     """
-    from scheduler.ledger import gridshift_home
-    from scheduler.service import ServeStore
+    import sqlite3
 
-    store = gridshift_home() / "serve.sqlite"
+    from scheduler.service import ServeStore, default_store_path
+
+    store = default_store_path()
     if not store.is_file():
         return []
     try:
@@ -253,7 +253,7 @@ def _missed_by_serve(*, job: str | None, limit: int) -> list[str]:
     if job is not None:
         missed = [r for r in missed if r.key.rpartition("@")[0] == job]
     return [f"warning: gridshift serve missed run {r.key} (planned for {r.run_at:%Y-%m-%d %H:%M} UTC): {r.outcome}"
-            for r in sorted(missed, key=lambda r: r.run_at, reverse=True)[:limit]]
+            for r in list(reversed(missed))[:limit]]  # the store lists them earliest first
 
 
 @app.command()

@@ -95,7 +95,7 @@ def _gridshift_asks(result: Any, policy: Any, step_s: float) -> list[tuple[int, 
     start of each job, then every re-plan interval while it ran."""
     import numpy as np
 
-    interval = getattr(policy.rules, "interval_s", 900.0)
+    interval = policy.rules.interval_s
     asks = []
     for j in result.outcomes["gridshift"]:
         moments = [j.nominal_s + policy.job.earliest_start_s]
