@@ -164,7 +164,7 @@ class ClockPlanRun(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode_seq: int = Field(ge=0, description="seq of the mode announcement the job acted on")
-    plan: str | None = Field(description="the plan file run from then on; null: no plan")
+    plan: str | None = Field(default=None, description="the plan file run from then on; null: no plan")
     step: int | None = Field(default=None, ge=0, description="the training step where it took effect")
     switches: int = Field(default=0, ge=0, description="clock calls made under this plan (locks and the final reset)")
     errors: int = Field(default=0, ge=0, description="clock calls that failed")
