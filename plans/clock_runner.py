@@ -54,10 +54,9 @@ class _NvidiaControl:
 
     def __init__(self) -> None:
         from backends.nvidia import NvidiaBackend
-        from backends.nvidia.backend import NvidiaClockControl
 
         self.backend = NvidiaBackend()  # per rank: LOCAL_RANK's GPU under torchrun
-        self.control = NvidiaClockControl(self.backend)
+        self.control = self.backend.clock_control()
 
     def close(self) -> None:
         try:
