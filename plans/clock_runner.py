@@ -32,7 +32,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Callable
 
 from backends.nvidia._nvml import READ_ONLY_ENV
@@ -40,7 +39,7 @@ from plans.dvfs.errors import PlanFileError
 from plans.dvfs.executor import ClockControl, PlanExecutor
 from plans.dvfs.plan_file import load_plan
 from plans.errors import BadJobFile
-from plans.job_protocol import ClockPlanRun, GridshiftJob, read_mode_file
+from plans.job_protocol import ClockPlanRun, GridshiftJob, ModeAnnouncement, read_mode_file
 
 __all__ = ["ClockPlanRunner", "run_clock_plan"]
 
@@ -186,7 +185,7 @@ class ClockPlanRunner:
         return self
 
     # -- internals ----------------------------------------------------------------------------
-    def _read_mode(self) -> Any:
+    def _read_mode(self) -> ModeAnnouncement | None:
         if self.job.mode_file is None:
             return None
         try:
