@@ -8,6 +8,7 @@ at when the injected clock says a poll interval has passed; ``flush`` waits for 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +273,55 @@ def test_the_result_file_keeps_acks_plans_and_outcome_whatever_the_order(tmp_pat
     runner.close()  # after finish: the outcome is kept
     result = read_result_file(tmp_path / "result.json")
     assert result is not None and result.reached is True and len(result.batch_sizes) == 1 and len(result.clock_plans) == 1
+
+
+@pytest.mark.parametrize("framework", ["hf", "lightning"])
+def test_the_framework_callbacks_drive_the_runner_in_their_event_order(tmp_path: Path, framework: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where transformers / lightning are missing (CI), their callback base classes are stood in for,
+    and the events are called in the order the Trainers call them, on a real torch model."""
+    import types
+
+    torch = pytest.importorskip("torch")
+    from plans.callbacks import hf_clock_plan_callback, lightning_clock_plan_callback
+
+    stand_in = types.ModuleType("stand_in")
+    stand_in.TrainerCallback = object  # type: ignore[attr-defined]
+    stand_in.Callback = object  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "transformers", stand_in)
+    monkeypatch.setitem(sys.modules, "lightning", types.ModuleType("lightning"))
+    monkeypatch.setitem(sys.modules, "lightning.pytorch", stand_in)
+    fast, slow, job = _files(tmp_path)
+    for p, c in ((fast, FAST), (slow, SLOW)):
+        write_plan(p, make_plan(c, phases=("forward", "backward", "optimizer")))
+    announced = [_announce(job, 0, "speed", fast)]
+    runner = ClockPlanRunner(job, dry_run=True, min_interval_s=0.0, poll_interval_s=0.0, clock=Clock())
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4, requires_grad=True)
+    trainer = types.SimpleNamespace(optimizers=[opt])
+    if framework == "hf":
+        cb = hf_clock_plan_callback(runner)
+        cb.on_train_begin(None, None, None, model=model, optimizer=opt)
+        begin, end = (lambda: cb.on_step_begin(None, None, None)), (lambda: cb.on_train_end(None, None, None))
+    else:
+        cb = lightning_clock_plan_callback(runner)
+        cb.on_train_start(trainer, model)
+        begin, end = (lambda: cb.on_train_batch_start(trainer, model, None, 0)), (lambda: cb.on_train_end(trainer, model))
+    calls_at: list[int] = []
+    for step in range(4):
+        if step == 2:
+            announced.append(_announce(job, 1, "efficiency", slow))
+        begin()
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        runner.flush()
+        calls_at.append(runner.executor.control.calls[-1][1][0])  # type: ignore[union-attr]
+    end()
+    assert calls_at == [FAST[2], FAST[2], SLOW[2], SLOW[2]]  # the optimizer phase's clock, swapped at step 2
+    result = read_result_file(tmp_path / "result.json")
+    assert result is not None
+    assert [(r.mode_seq, r.dry_run, r.switches > 0) for r in result.clock_plans] == [(0, True, True), (1, True, True)]
+    (first,), (second,) = job_settings(announced, None, result)
+    assert "dry run" in first.how and "dry run" in second.how
