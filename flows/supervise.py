@@ -242,11 +242,11 @@ def supervise(
 
     ``clock_plans`` (checked by :func:`scheduler.clock_plans.load_clock_plans`): the first mode's
     plan goes to the job in ``GRIDSHIFT_CLOCK_PLAN``, later modes' in the mode file (``mode_file``
-    must be built with the same plans), for the job's :class:`plans.clock_runner.ClockPlanRunner`. ``power_profile``:
-    the stored profile that ``power_limit_select`` modes choose their limit from. ``mode_file``: the
-    job's batch sizes and the mode file written at every mode change (default: the policy's batch
-    sizes, no files); each span says who applied each setting and whether it was confirmed
-    (:mod:`flows.span_settings`).
+    must be built with the same plans), for the job's :class:`plans.clock_runner.ClockPlanRunner`.
+    ``power_profile``: the stored profile that ``power_limit_select`` modes choose their limit from.
+    ``mode_file``: the job's batch sizes and the mode file written at every mode change (default:
+    the policy's batch sizes, no files); each span says who applied each setting and whether it was
+    confirmed (:mod:`flows.span_settings`).
     """
     run = out if out is not None else SupervisedRun()
     channel = mode_file if mode_file is not None else ModeFileChannel(
