@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from backends.nvidia._nvml import READ_ONLY_ENV
+from backends.nvidia import READ_ONLY_ENV
 from plans.dvfs.errors import PlanFileError
 from plans.dvfs.executor import ClockControl, PlanExecutor
 from plans.dvfs.plan_file import load_plan
