@@ -89,7 +89,6 @@ class ClockPlanRunner:
         self.runs: list[ClockPlanRun] = []
         self._seen_seq = -1
         self._last_poll_s = -float("inf")
-        self._counted = (0, 0)  # (calls, errors) of this executor already counted in earlier runs
         self._model: Any = None
         self._optimizer: Any = None
         self._hooks: list[Any] = []
@@ -113,9 +112,9 @@ class ClockPlanRunner:
         ann = self._read_mode()
         if ann is not None:
             self._seen_seq = ann.seq
-            self._begin(ann.seq, ann.clock_plan)
-        elif self.job.clock_plan is not None:
-            self._begin(0, str(self.job.clock_plan))
+        plan = ann.clock_plan if ann is not None else (str(self.job.clock_plan) if self.job.clock_plan else None)
+        if plan is not None:  # a mode without a plan: nothing to run, nothing to report
+            self._begin(ann.seq if ann is not None else 0, plan)
         self._last_poll_s = self._clock()
         return self
 
@@ -157,15 +156,11 @@ class ClockPlanRunner:
         if ann is None or ann.seq <= self._seen_seq:
             return False
         self._seen_seq = ann.seq
-        if ann.clock_plan == self.plan_path and self.executor is not None:
-            # the same plan goes on running: close this mode's count and confirm it for the new mode
-            self._count_last()
-            self._counted = (self.executor.stats.issued, self.executor.stats.errors)
-            self.runs.append(ClockPlanRun(mode_seq=ann.seq, plan=self.plan_path, step=self.steps, dry_run=self.dry_run))
-            self.job.report_clock_plans(tuple(self.runs))
-        else:
-            self._end()
-            self._begin(ann.seq, ann.clock_plan)
+        if ann.clock_plan is None and self.plan_path is None:
+            return True  # no plan before or after: nothing to run, nothing to report
+        # a new executor even for the same plan file: each mode's run is counted (and confirmed) on its own
+        self._end()
+        self._begin(ann.seq, ann.clock_plan)
         return True
 
     def flush(self) -> None:
@@ -203,7 +198,6 @@ class ClockPlanRunner:
 
     def _begin(self, seq: int, path: str | None) -> None:
         self.plan_path = path
-        self._counted = (0, 0)
         run = ClockPlanRun(mode_seq=seq, plan=path, step=self.steps, dry_run=self.dry_run)
         if path is not None:
             try:
@@ -218,18 +212,12 @@ class ClockPlanRunner:
         self.job.report_clock_plans(tuple(self.runs))
         self._rehook()
 
-    def _count_last(self) -> None:
-        if self.executor is None or not self.runs:
-            return
-        stats = self.executor.stats
-        calls, errors = self._counted
-        self.runs[-1] = self.runs[-1].model_copy(update={
-            "switches": stats.issued - calls, "errors": stats.errors - errors, "last_error": stats.last_error})
-
     def _end(self) -> None:
         if self.executor is not None:
             self.executor.close()  # resets the lock it made
-            self._count_last()
+            stats = self.executor.stats
+            self.runs[-1] = self.runs[-1].model_copy(update={
+                "switches": stats.issued, "errors": stats.errors, "last_error": stats.last_error})
             self.executor = None
         self.plan_path = None
 

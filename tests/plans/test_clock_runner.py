@@ -143,6 +143,25 @@ def test_without_a_plan_or_mode_file_the_runner_does_nothing(tmp_path: Path) -> 
     assert runner.executor is None and not (tmp_path / "result.json").exists()
 
 
+def test_modes_without_plans_report_nothing_and_a_shared_plan_is_confirmed_per_mode(tmp_path: Path) -> None:
+    fast, _, job = _files(tmp_path)
+    clock = Clock()
+    announced = [_announce(job, 0, "speed", None)]
+    runner = ClockPlanRunner(job, dry_run=True, min_interval_s=0.0, poll_interval_s=1.0, clock=clock).start()
+    _step(runner)
+    assert runner.executor is None and not (tmp_path / "result.json").exists()  # no plan: nothing to report
+    for seq, mode in ((1, "efficiency"), (2, "eco")):  # two modes that share one plan
+        announced.append(_announce(job, seq, mode, fast))
+        clock.t += 1.0
+        _step(runner)
+    runner.close()
+    result = read_result_file(tmp_path / "result.json")
+    assert result is not None and [(r.mode_seq, r.switches) for r in result.clock_plans] == [(1, 4), (2, 4)]
+    words = [settings_phrase(d) for d in job_settings(announced, None, result)]
+    assert words == ["", "clock plan fast.json (run by the job in dry run: 4 clock switches logged, no clock changed)",
+                     "clock plan fast.json (run by the job in dry run: 4 clock switches logged, no clock changed)"]
+
+
 def test_the_pytorch_helper_hooks_the_plan_phases_and_follows_the_mode_file(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     fast, slow, job = _files(tmp_path)
