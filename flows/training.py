@@ -124,7 +124,8 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
     trial = begin_trial(policy, fingerprint, caps, ledger_path=ledger_path, run_id=run_id, measured=backend.measured)
     if trial is not None:
         logger.info("batch size %d (%s): %s", trial.proposal.batch_size, trial.proposal.phase, trial.proposal.reason)
-    channel = ModeFileChannel(progress_path.parent, mode_batch_sizes(policy, trial.proposal.batch_size if trial else None))
+    channel = ModeFileChannel(progress_path.parent, mode_batch_sizes(policy, trial.proposal.batch_size if trial else None),
+                              {m: p.path for m, p in (clock_plans or {}).items()})
     watched: list[CostWatchedJob] = []
     argv = command or policy.job.command
     pausable = policy.job.checkpointable and bool(argv)

@@ -47,6 +47,10 @@ def _exit_code_of(report: dict[str, Any]) -> int:
     return exit_code_for_type(cls) if isinstance(cls, type) and issubclass(cls, BaseException) else EXIT_FAILED
 
 
+#: mode spans whose settings the human report lists (a long run's spans are all in --json)
+_SPANS_SHOWN = 6
+
+
 def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
     label = "measured" if report["measured"] else "SIMULATED - modelled, not measured"
     first = report["modes"][0]["mode"] if report["modes"] else ""
@@ -69,6 +73,11 @@ def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
                  f"{report['intensity_source']})")
     if len(report["modes"]) > 1:
         lines.append("  modes      " + " -> ".join(f"{m['mode']}@{m['start'][11:19]}" for m in report["modes"]))
+    for m in report["modes"][:_SPANS_SHOWN]:  # who applied each setting, and whether it was confirmed
+        if m.get("settings"):
+            lines.append(f"  settings   {m['mode']}@{m['start'][11:19]}: {m['settings']}")
+    if len(report["modes"]) > _SPANS_SHOWN:
+        lines.append(f"  settings   ... {len(report['modes']) - _SPANS_SHOWN} more spans (--json has them all)")
     extra = report.get("extra", {})
     if "batch_size_trial" in extra:
         t = extra["batch_size_trial"]
@@ -80,7 +89,7 @@ def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
     if "clock_plan" in extra:
         plan = extra["clock_plan"]
         lines.append(f"  clock plan {plan['file']} (modelled: {plan['predicted_energy_saving_pct']:.1f}% less energy, "
-                     f"{plan['predicted_slowdown_pct']:+.1f}% time; run in-process by PlanExecutor)")
+                     f"{plan['predicted_slowdown_pct']:+.1f}% time; handed to the job, which runs it)")
     for w in report.get("warnings", []):
         lines.append(f"  warning    {w}")
     if report.get("error"):
