@@ -30,6 +30,7 @@ class DeployedPolicy:
     cron: str
     work_pool: str
     sites: dict[str, str] = field(default_factory=dict)  # site name -> its "flow/deployment"
+    timezone: str = "UTC"  # the IANA zone Prefect reads the cron in (job.timezone)
 
 
 def planning_cron(cron: str, earliest_start_s: float) -> str:
@@ -149,14 +150,14 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
         _ensure_process_pool(pool)
         ids[target] = flow.deploy(
             name=target, work_pool_name=pool, work_queue_name=queue, parameters=parameters,
-            schedules=[Cron(cron, timezone="UTC", parameters={"plan": True})] if scheduled else None,
+            schedules=[Cron(cron, timezone=policy.job.timezone, parameters={"plan": True})] if scheduled else None,
             build=False, push=False, print_next_steps=False, tags=["gridshift", "nightly", "gridshift-deploy"],
             # one GPU box: one run at a time; with sites, each node's GPU slots count instead
             concurrency_limit=None if policy.sites else 1,
             description=f"gridshift nightly retraining of {policy.job.name}"
                         + (f" at site {parameters['site']}: runs here train at once, holding {policy.job.gpus} GPU slot(s)"
                            if "site" in parameters else
-                           f": planning run at the earliest start ({cron} UTC), deferred start scheduled through "
+                           f": planning run at the earliest start ({cron} {policy.job.timezone}), deferred start scheduled through "
                            "Prefect; a run started by hand trains now"),
             ignore_warnings=True,
         )
@@ -165,7 +166,7 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     return DeployedPolicy(deployment_id=ids[dep_name], name=f"{nightly_retrain.name}/{dep_name}",
                           cron=cron if schedule else "", work_pool=work_pool,
                           sites={s.name: f"{nightly_retrain.name}/{site_deployment_name(dep_name, s.name)}"
-                                 for s in policy.sites})
+                                 for s in policy.sites}, timezone=policy.job.timezone)
 
 
 def site_deployment_name(deployment: str, site: str) -> str:

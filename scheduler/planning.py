@@ -168,7 +168,7 @@ def plan_runs(policy: Policy, series: IntensitySeries, *, now: datetime, horizon
         figures = policy_figures(policy)
     out: list[PlannedRun] = []
     for nominal in nominal_runs(job.cron, now, earliest_start_s=job.earliest_start_s,
-                                deadline_s=job.deadline_s or job.expected_duration_s, horizon=horizon):
+                                deadline_s=job.deadline_s or job.expected_duration_s, horizon=horizon, tz=job.timezone):
         d = plan_start(policy, series, nominal=nominal, now=now, figures=figures)
         out.append(PlannedRun(key=run_key(policy, nominal), run_at=d.start_at,
                               kwargs={**(extra or {}), "nominal_start": nominal.isoformat(),

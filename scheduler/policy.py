@@ -199,7 +199,9 @@ class JobSpec(Strict):
     expected_duration_s: float = Field(gt=0, description="how long the job takes in speed mode")
     earliest_start_s: float = Field(default=0.0, description="earliest start, seconds after the nominal start (may be negative for recurring jobs)")
     deadline_s: float | None = Field(default=None, gt=0, description="the job must finish this many seconds after the nominal start")
-    cron: str | None = Field(default=None, description="recurrence for deployments and simulation, e.g. '0 1 * * *' (UTC)")
+    cron: str | None = Field(default=None, description="recurrence for deployments, serve and simulation, read as Prefect reads it "
+                                                       "(five fields, day of week 0 or 7 = Sunday), e.g. '0 1 * * 1-5', in job.timezone")
+    timezone: str = Field(default="UTC", min_length=1, description="IANA time zone the cron is read in, e.g. 'Europe/London' (default UTC)")
     checkpointable: bool = Field(default=False, description="the job can stop and resume, so it may be split across green slots")
     resume_overhead_s: float = Field(default=0.0, ge=0, description="extra speed-mode seconds of work each resume costs (reload, warm-up)")
     stop_grace_s: float = Field(default=60.0, gt=0, description="a checkpointable job gets this long after SIGTERM to write its checkpoint before SIGKILL")

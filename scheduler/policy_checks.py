@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from carbon.errors import CarbonError
 from carbon.providers.registry import provider_names, provider_option_names
+from scheduler.cron import cron_problem, timezone_problem  # re-exported: the cron is read in one place
 from scheduler.did_you_mean import did_you_mean
 from scheduler.policy import BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Policy, unknown_mode_message
 
@@ -168,18 +169,6 @@ def backend_problem(name: str) -> str | None:
     return f"unknown backend {name!r}{did_you_mean(name, known)} (known: {', '.join(known)})"
 
 
-def cron_problem(cron: str) -> str | None:
-    """Why ``cron`` is not a five-field cron expression (UTC), or None."""
-    from apscheduler.triggers.cron import CronTrigger
-
-    try:
-        CronTrigger.from_crontab(cron)
-    except ValueError as exc:
-        return (f"{cron!r} is not a cron expression: {exc} (five fields: minute hour day month weekday, UTC; "
-                "e.g. '0 1 * * *' is 01:00 every day)")
-    return None
-
-
 def job_cwd(job: JobSpec, base_dir: Path | None) -> Path:
     """Where the policy's own command runs: ``job.workdir``, else the policy file's folder."""
     return Path(job.workdir) if job.workdir is not None else (base_dir or Path.cwd())
@@ -216,6 +205,8 @@ def _job_problems(job: JobSpec, base_dir: Path | None) -> list[Problem]:
     problems = callable_problems(job.callable, ("job", "callable"))
     if job.cron is not None and (message := cron_problem(job.cron)):
         problems.append(Problem(("job", "cron"), message))
+    if message := timezone_problem(job.timezone):
+        problems.append(Problem(("job", "timezone"), message))
     if job.workdir is not None and not Path(job.workdir).is_dir():
         problems.append(Problem(("job", "workdir"), f"working directory {job.workdir} does not exist"))
     elif job.command is not None:
