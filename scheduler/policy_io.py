@@ -382,11 +382,16 @@ def policy_json_schema() -> str:
 
     pydantic's schema, plus what the loader accepts or requires that pydantic cannot see in the
     models' types: the string form of ``command`` and the single-integer ``sm_clock_mhz`` (both
-    converted by validators), ``kind`` being required to pick a rule, the two required modes, and
-    the keys that exclude each other. What no JSON schema can say (one number below another, a mode
-    named by a rule existing, files existing) is left to ``gridshift policy check``;
+    converted by validators), ``kind`` being required to pick a rule, the two required modes, the
+    keys that exclude each other, a job's command or callable (and a checkpointable job's command),
+    the known carbon providers and the cron's five fields. What no JSON schema can say (one number
+    below another, a mode named by a rule existing, files existing, a cron's values, a time zone,
+    a backend plugin) is left to ``gridshift policy check``;
     ``tests/scheduler/test_schema_agrees_with_loader.py`` lists those cases.
     """
+    from backends.registry import backend_names
+    from carbon.providers.registry import provider_names
+
     schema = Policy.model_json_schema()
     defs = schema["$defs"]
     job = defs["JobSpec"]
@@ -396,7 +401,15 @@ def policy_json_schema() -> str:
         {"type": "null"},
     ]
     job["properties"]["callable"]["anyOf"][0]["pattern"] = "^[^:]+:[\\s\\S]+$"
-    job["not"] = _both_given("command", "callable")
+    job["properties"]["cron"]["anyOf"][0]["pattern"] = "^\\s*\\S+(\\s+\\S+){4}\\s*$"  # five fields
+    # something to run, not both; and a checkpointable job is a command (a callable cannot be paused)
+    job["anyOf"] = [_given("command"), _given("callable")]
+    job["not"] = {"anyOf": [_both_given("command", "callable"),
+                            {"required": ["checkpointable", "callable"],
+                             "properties": {"checkpointable": {"const": True}, "callable": {"type": "string"}}}]}
+    for source in ("CarbonSource", "CarbonConfig"):  # the providers are a closed set; backends are plugins
+        defs[source]["properties"]["provider"]["enum"] = provider_names()
+    defs["BackendConfig"]["properties"]["name"]["examples"] = ["auto", *backend_names()]
     mode = defs["Mode"]
     mode["properties"]["sm_clock_mhz"]["anyOf"].insert(0, {"type": "integer"})
     mode["not"] = {"anyOf": [_both_given("power_limit_w", "power_limit_fraction"),
@@ -408,6 +421,11 @@ def policy_json_schema() -> str:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gridshift policy"
     return json.dumps(schema, indent=2, sort_keys=True)
+
+
+def _given(key: str) -> dict[str, Any]:
+    """A JSON-schema clause matching an object that gives ``key`` as a non-null value."""
+    return {"required": [key], "properties": {key: {"not": {"type": "null"}}}}
 
 
 def _both_given(a: str, b: str) -> dict[str, Any]:
