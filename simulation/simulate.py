@@ -37,6 +37,7 @@ from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.cron import cron_occurrences
 from scheduler.decide import ModeState, decide
 from scheduler.errors import PolicyError
+from scheduler.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, plan_slots
 from scheduler.policy import PlanRule, Policy, RelativeRule
 from scheduler.shifting import best_start_over_modes
@@ -138,6 +139,7 @@ class SimulationResult:
             "trace_end": (self.t0 + timedelta(seconds=self.step_s * len(self.values))).isoformat(),
             "modelled": True,
             "figures_measured": all(m.measured for m in self.modes),
+            "figures_kind": _figures_kind(self.modes),
             "energy_source": "; ".join(sorted({m.source for m in self.modes})),
             "mode_power_w": {m.name: m.power_w for m in self.modes},
             "mode_speed": {m.name: m.speed for m in self.modes},
@@ -145,6 +147,13 @@ class SimulationResult:
             "mode_source": {m.name: m.source for m in self.modes},
             **self.extra,
         }
+
+
+def _figures_kind(modes: Sequence[ModeFigures]) -> str:
+    """measured, declared (typed by hand, :data:`scheduler.mode_figures.DECLARED`) or modelled."""
+    if all(m.measured for m in modes):
+        return "measured"
+    return DECLARED if any(m.source.startswith(DECLARED) for m in modes) else "modelled"
 
 
 def _mode_share(jobs: list[JobOutcome]) -> dict[str, float]:
