@@ -15,6 +15,7 @@ APScheduler's ``CronTrigger`` is not used: its day of week 0 is Monday and it re
 
 from __future__ import annotations
 
+import heapq
 from datetime import datetime, timedelta, timezone
 from itertools import takewhile
 from typing import Iterator
@@ -60,8 +61,13 @@ def timezone_problem(name: str) -> str | None:
     return None
 
 
+#: more than any clock change (1 h in most zones, 30 min on Lord Howe, 2 h at most in history)
+_CLOCK_CHANGE = timedelta(hours=3)
+
+
 def _fire_times(cron: str, start: datetime, tz: str) -> Iterator[datetime]:
-    """Fire times (UTC) at or after ``start``, as Prefect's ``CronSchedule.get_dates`` gives them."""
+    """Fire times (UTC), in order, at or after ``start``, as Prefect's ``CronSchedule.get_dates``
+    gives them: the cron's wall-clock times in ``tz``, each at its first instant."""
     from croniter import croniter
 
     if message := cron_problem(cron):
@@ -71,19 +77,22 @@ def _fire_times(cron: str, start: datetime, tz: str) -> Iterator[datetime]:
     if start.tzinfo is None:
         raise ValueError("start must be timezone-aware")
     zone = ZoneInfo(tz)
-    local = start.astimezone(zone)
-    # croniter gives times strictly after its start: step back a second so a fire time equal to
-    # ``start`` is kept (Prefect does the same)
-    wall = local.replace(tzinfo=None, microsecond=0) - timedelta(seconds=0 if local.microsecond else 1)
+    # fold=0 puts a wall time the spring change skips at the gap's length later (Prefect's
+    # "compatible"), after real wall times that follow it: the instants are in order only up to a
+    # clock change. So the walk starts one clock change early and an instant is given out once no
+    # later wall time can come before it.
+    wall = start.astimezone(zone).replace(tzinfo=None) - _CLOCK_CHANGE
     walls = croniter(cron, wall, day_or=True)
+    waiting: list[datetime] = []
     last: datetime | None = None
     while True:
         at = walls.get_next(datetime).replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
-        # fold=0: a skipped wall time moves forward by the gap, a repeated one is its first instant
-        # (Prefect's "compatible" disambiguation); two wall times can land on one instant
-        if at >= start and at != last:
-            last = at
-            yield at
+        heapq.heappush(waiting, at)
+        while waiting and waiting[0] <= at - _CLOCK_CHANGE:
+            first = heapq.heappop(waiting)
+            if first >= start and first != last:  # two wall times can land on one instant
+                last = first
+                yield first
 
 
 def cron_occurrences(cron: str, start: datetime, end: datetime, *, tz: str = "UTC") -> list[datetime]:

@@ -67,6 +67,22 @@ def test_any_cron_in_any_zone_matches_prefect(fields: tuple[str, ...], tz: str, 
     assert next_runs(cron, start, tz=tz) == prefect_dates(cron, start, tz=tz)
 
 
+#: clock changes of ZONES' zones in 2026 (UTC): London, New York, Lord Howe (30 min), each way
+_CHANGES = [datetime(2026, 3, 29, 1, tzinfo=UTC), datetime(2026, 10, 25, 1, tzinfo=UTC),
+            datetime(2026, 3, 8, 7, tzinfo=UTC), datetime(2026, 11, 1, 6, tzinfo=UTC),
+            datetime(2026, 4, 4, 15, tzinfo=UTC), datetime(2026, 10, 3, 15, 30, tzinfo=UTC)]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(minute=st.sampled_from(["0", "30", "*/15", "10,40", "59"]), hour=st.sampled_from(["*", "0-3", "1", "2", "*/2"]),
+       tz=st.sampled_from(["Europe/London", "America/New_York", "Australia/Lord_Howe"]),
+       change=st.sampled_from(_CHANGES), offset_min=st.integers(-240, 240))
+def test_clock_changes_match_prefect(minute: str, hour: str, tz: str, change: datetime, offset_min: int) -> None:
+    cron = f"{minute} {hour} * * *"
+    start = change + timedelta(minutes=offset_min)
+    assert next_runs(cron, start, n=8, tz=tz) == prefect_dates(cron, start, n=8, tz=tz)
+
+
 @pytest.mark.parametrize("cron", ["61 1 * * *", "every night", "0 1 * *", "0 25 * * *", "0 1 * * 8", "0 0 30 2 *",
                                   "H 1 * * *", "0 1 * * 1-5 2026"])
 def test_what_is_not_a_schedule_is_refused(cron: str) -> None:
