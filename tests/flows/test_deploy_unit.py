@@ -50,13 +50,14 @@ def test_each_planning_run_plans_a_run_policy_check_shows(tmp_path, cron, earlie
     from scheduler.planning import occurrence_for
 
     text = (REPO / "examples" / "nightly.yaml").read_text().replace('"0 1 * * *"', repr(cron))
-    text = text.replace("earliest_start_s: -14400", f"earliest_start_s: {earliest}\n  timezone: Europe/London")
+    text = text.replace("earliest_start_s: -14400", f"earliest_start_s: {earliest}").replace(
+        "timezone: UTC", "timezone: Europe/London")
     policy_path = tmp_path / "nightly.yaml"
     policy_path.write_text(text)
     (tmp_path / "train_tiny.py").write_text("")
     policy = load_policy(policy_path)
     schedule = planning_schedule(policy)
-    assert schedule.timezone == "Europe/London" and schedule.parameters == {"plan": True}
+    assert policy.job.timezone == schedule.timezone == "Europe/London" and schedule.parameters == {"plan": True}
     start = datetime(2026, 3, 26, tzinfo=timezone.utc)  # London's clocks go forward on the 29th
     fired = asyncio.run(CronSchedule(cron=schedule.cron, timezone=schedule.timezone).get_dates(n=5, start=start))
     planned = [occurrence_for(policy.job, datetime.fromtimestamp(f.timestamp(), timezone.utc)) for f in fired]
