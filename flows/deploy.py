@@ -13,10 +13,15 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from uuid import UUID
 
-__all__ = ["DeployedPolicy", "check_source", "deploy_policy", "planning_cron", "site_deployment_name",
+if TYPE_CHECKING:  # Prefect is imported when a deployment is made, not when the CLI starts
+    from prefect.schedules import Schedule
+
+    from scheduler.policy import Policy
+
+__all__ = ["DeployedPolicy", "check_source", "deploy_policy", "planning_cron", "planning_schedule", "site_deployment_name",
            "trigger_deployment", "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +35,7 @@ class DeployedPolicy:
     cron: str
     work_pool: str
     sites: dict[str, str] = field(default_factory=dict)  # site name -> its "flow/deployment"
+    timezone: str = "UTC"  # the IANA zone Prefect reads the cron in (job.timezone)
 
 
 def planning_cron(cron: str, earliest_start_s: float) -> str:
@@ -110,6 +116,19 @@ def _parameters_for(policy_path: Path, source: Path) -> dict[str, Any]:
     return {"policy_path": str(path), "workdir": str(Path.cwd().resolve())}
 
 
+def planning_schedule(policy: Policy) -> Schedule:
+    """The deployment's schedule: planning runs (``plan: true``) at each occurrence's earliest start,
+    the cron read in ``job.timezone`` (the calendar :mod:`scheduler.cron` reads for everything else)."""
+    from prefect.schedules import Cron
+
+    from scheduler.errors import PolicyError
+
+    if policy.job.cron is None:
+        raise PolicyError("job.cron: a deployment needs a recurring job (e.g. '0 1 * * *')")
+    return Cron(planning_cron(policy.job.cron, policy.job.earliest_start_s), timezone=policy.job.timezone,
+                parameters={"plan": True})
+
+
 def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name: str | None = None,
                   source_dir: str | Path = REPO_ROOT, schedule: bool = True,
                   notify: Callable[[str], None] = lambda _line: None) -> DeployedPolicy:
@@ -121,8 +140,6 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     and each site's GPU global concurrency limit. ``notify`` hears one line per deployment replaced
     and per limit created or resized.
     """
-    from prefect.schedules import Cron
-
     from flows.gpus import ensure_gpu_limits
     from flows.nightly import nightly_retrain
     from scheduler.errors import PolicyError
@@ -134,7 +151,8 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     source = Path(source_dir).resolve()
     check_source(str(source))
     params = _parameters_for(Path(policy_path), source)
-    cron = planning_cron(policy.job.cron, policy.job.earliest_start_s)
+    schedule = planning_schedule(policy)
+    cron = schedule.cron
     dep_name = name or policy.job.name
     flow = nightly_retrain.from_source(source=str(source), entrypoint=FLOW_ENTRYPOINT)
     targets: list[tuple[str, str, str | None, dict[str, Any], bool]] = [(dep_name, work_pool, None, params, schedule)]
@@ -149,14 +167,14 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
         _ensure_process_pool(pool)
         ids[target] = flow.deploy(
             name=target, work_pool_name=pool, work_queue_name=queue, parameters=parameters,
-            schedules=[Cron(cron, timezone="UTC", parameters={"plan": True})] if scheduled else None,
+            schedules=[schedule] if scheduled else None,
             build=False, push=False, print_next_steps=False, tags=["gridshift", "nightly", "gridshift-deploy"],
             # one GPU box: one run at a time; with sites, each node's GPU slots count instead
             concurrency_limit=None if policy.sites else 1,
             description=f"gridshift nightly retraining of {policy.job.name}"
                         + (f" at site {parameters['site']}: runs here train at once, holding {policy.job.gpus} GPU slot(s)"
                            if "site" in parameters else
-                           f": planning run at the earliest start ({cron} UTC), deferred start scheduled through "
+                           f": planning run at the earliest start ({cron} {policy.job.timezone}), deferred start scheduled through "
                            "Prefect; a run started by hand trains now"),
             ignore_warnings=True,
         )
@@ -165,7 +183,7 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     return DeployedPolicy(deployment_id=ids[dep_name], name=f"{nightly_retrain.name}/{dep_name}",
                           cron=cron if schedule else "", work_pool=work_pool,
                           sites={s.name: f"{nightly_retrain.name}/{site_deployment_name(dep_name, s.name)}"
-                                 for s in policy.sites})
+                                 for s in policy.sites}, timezone=policy.job.timezone)
 
 
 def site_deployment_name(deployment: str, site: str) -> str:

@@ -120,7 +120,7 @@ def _has_sites(policy_path: str) -> bool:
 def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Choose site and start (and modes) together, and create the run on that site's deployment."""
     from flows.placing import submit_placed_run
-    from scheduler.planning import run_key
+    from scheduler.planning import occurrence_for, run_key
     from scheduler.policy_io import load_policy
 
     logger = get_run_logger()
@@ -128,7 +128,7 @@ def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdi
     assert name is not None
     now = datetime.now(timezone.utc)
     policy = load_policy(policy_path)
-    nominal = now if start_now else _scheduled_time(now) - timedelta(seconds=min(policy.job.earliest_start_s, 0.0))
+    nominal = now if start_now else occurrence_for(policy.job, _scheduled_time(now))
     submitted = submit_placed_run(policy_path, deployment=name, nominal=nominal, start_now=start_now,
                                   key=None if start_now else run_key(policy, nominal), ledger_path=ledger_path,
                                   workdir=workdir, now=now)
@@ -208,14 +208,13 @@ def _wait_in_prefect(why: str, parameters: dict[str, Any]) -> dict[str, Any]:
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
     from flows.sources import monitor_for
-    from scheduler.planning import plan_start, run_key
+    from scheduler.planning import occurrence_for, plan_start, run_key
     from scheduler.policy_io import load_policy
 
     logger = get_run_logger()
     policy = load_policy(policy_path)
     now = datetime.now(timezone.utc)
-    fired = _scheduled_time(now)
-    nominal = fired - timedelta(seconds=min(policy.job.earliest_start_s, 0.0))
+    nominal = occurrence_for(policy.job, _scheduled_time(now))
     monitor = monitor_for(policy)
     try:
         reading = monitor.read(now)

@@ -128,9 +128,7 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
                               {m: p.path for m, p in (clock_plans or {}).items()})
     watched: list[CostWatchedJob] = []
     argv = command or policy.job.command
-    pausable = policy.job.checkpointable and bool(argv)
-    if policy.job.checkpointable and not argv:
-        out.warnings.append("job.checkpointable: an in-process callable cannot be stopped and resumed; it runs without pauses")
+    pausable = policy.job.checkpointable and bool(argv)  # the loader refuses a checkpointable callable
     # a checkpointable job gets its grace period to write the checkpoint; others the usual one
     grace = {"kill_grace_s": policy.job.stop_grace_s} if pausable else {}
 

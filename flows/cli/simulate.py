@@ -26,7 +26,7 @@ _LABELS = {
 def _human(s: dict[str, Any], trace: str) -> str:
     from flows.cli._units import energy_unit, figure, mass_unit
 
-    label = "from measured mode figures" if s["figures_measured"] else "from modelled mode figures"
+    label = f"from {s['figures_kind']} mode figures"
     # one unit per column, fitted to the baseline: a short job is grams and kilojoules, a year tonnes
     base = s["strategies"].get("baseline") or next(iter(s["strategies"].values()))
     g_unit, g_scale = mass_unit(base["carbon_g"])
