@@ -28,7 +28,10 @@ a rule: only by its predicted value.
    beats what it costs: each size on the way costs ``E[min(cost, beta * best)] + P(cost > beta *
    best) * best - best`` (a run past ``beta`` times the best is stopped, charged, and retried at the
    best size); the target saves ``E[(best - mean)+]`` per recurrence under the belief that its
-   runs leave. Both are closed-form under the log-normal prediction. The number of runs a size
+   runs leave. Both are closed-form under the log-normal prediction. The belief about an untried
+   size is a mixture: the trend above, and with probability ``prior_valley`` a size unrelated to
+   its neighbours (log-normal around the best cost), so a cheap walk through worse sizes to a
+   possible valley beyond them is still taken; a dear one (sizes stopped at ``beta``) is not. The number of runs a size
    gets to show its worth is chosen too (KG(*)): under heavy noise one run cannot change the
    decision but a few can, and a one-run rule would stop there.
 4. **Misses are evidence about that size only.** A run stopped at ``beta`` x the best (or out of
@@ -83,7 +86,11 @@ class BatchSizeConfig:
     early-stop factor the runs are held to (a run past ``beta`` x the best recurrence is stopped;
     ``math.inf``: never). ``prior_cv`` (noise, sd of log cost) and ``prior_shape_sd``
     (departure from a straight line in log cost per doubling of the batch size) are priors that the
-    job's own data overrides, each worth ``prior_weight`` observations.
+    job's own data overrides, each worth ``prior_weight`` observations. ``prior_valley`` is the
+    prior chance that an untried size breaks from the trend of its neighbours altogether (a
+    valley past worse sizes: integer epochs, a different optimisation regime); such a size's mean
+    is then believed log-normal around the best cost with sd ``valley_sd``. It keeps a walk
+    through worse sizes worth taking when the walk is cheap, and never when it is dear.
     """
 
     batch_sizes: tuple[int, ...]
@@ -93,6 +100,8 @@ class BatchSizeConfig:
     prior_cv: float = 0.1
     prior_shape_sd: float = 0.3
     prior_weight: float = 2.0
+    prior_valley: float = 0.1
+    valley_sd: float = 0.3
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or any(b <= 0 for b in self.batch_sizes):
@@ -102,9 +111,11 @@ class BatchSizeConfig:
         if self.horizon < 1:
             raise ValueError("horizon must be >= 1")
         if not self.beta > 1.0:
-            raise ValueError("beta must be > 1")
+            raise ValueError("beta must be > 1 (math.inf: runs are never stopped)")
         if self.prior_cv <= 0 or self.prior_shape_sd <= 0 or self.prior_weight < 0:
             raise ValueError("prior_cv and prior_shape_sd must be > 0 and prior_weight >= 0")
+        if not 0.0 <= self.prior_valley < 1.0 or self.valley_sd <= 0:
+            raise ValueError("prior_valley must be in [0, 1) and valley_sd > 0")
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
 
 
@@ -293,24 +304,26 @@ class BatchSizeOptimizer:
         p_cut = 0.0 if math.isinf(cap) else 1.0 - _phi((math.log(cap) - mu) / run_sd)
         return _lognormal_capped_mean(cap, mu, run_sd) + p_cut * best_cost - best_cost
 
-    def _value(self, mean_mu: float, mean_sd: float, noise_sd: float, best_cost: float, *, left: int,
-               extra: float = 0.0) -> tuple[float, int]:
+    def _value(self, beliefs: Sequence[tuple[float, float, float]], noise_sd: float, best_cost: float, *,
+               left: int, extra: float = 0.0) -> tuple[float, int]:
         """(value, runs): the best expected saving over ``left`` recurrences of ``runs`` runs of a size.
 
-        ``mean_mu``/``mean_sd``: the log-normal belief about the size's mean cost; ``noise_sd``: one
-        run's noise. ``m`` runs move the belief by sd ``mean_sd^2 / sqrt(mean_sd^2 + noise_sd^2 / m)``;
-        the saving is ``(left - m) * E[(best - mean)+]`` under the moved belief, less the ``m`` runs'
-        expected extra cost (``extra`` per run: expected miss overhead). Taking the best ``m``
-        (KG(*), Frazier and Powell) rather than ``m = 1`` matters under heavy noise: one run of a
-        noisy size can never change the decision, several can, so the one-run rule would stop there.
+        ``beliefs``: a mixture of log-normal beliefs about the size's mean cost, ``(weight, mu, sd)``;
+        ``noise_sd``: one run's noise. ``m`` runs move a belief by sd
+        ``sd^2 / sqrt(sd^2 + noise_sd^2 / m)``; the saving is ``(left - m) * E[(best - mean)+]`` under
+        the moved belief, less the ``m`` runs' expected extra cost (``extra`` per run: expected miss
+        overhead). Taking the best ``m`` (KG(*), Frazier and Powell) rather than ``m = 1`` matters
+        under heavy noise: one run of a noisy size can never change the decision, several can, so
+        the one-run rule would stop there.
         """
-        run_sd = math.sqrt(mean_sd**2 + noise_sd**2)
-        one_run = self._run_cost(mean_mu, run_sd, best_cost) + extra
+        one_run = extra + sum(w * self._run_cost(mu, math.sqrt(sd**2 + noise_sd**2), best_cost)
+                              for w, mu, sd in beliefs)
         best_v, best_m = -math.inf, 1
         m = 1
         while m < left:
-            moved_sd = max(mean_sd**2 / math.sqrt(mean_sd**2 + noise_sd**2 / m), 1e-9)
-            v = (left - m) * _lognormal_put(best_cost, mean_mu, moved_sd) - m * one_run
+            put = sum(w * _lognormal_put(best_cost, mu, max(sd**2 / math.sqrt(sd**2 + noise_sd**2 / m), 1e-9))
+                      for w, mu, sd in beliefs)
+            v = (left - m) * put - m * one_run
             if v > best_v:
                 best_v, best_m = v, m
             m *= 2
@@ -360,7 +373,9 @@ class BatchSizeOptimizer:
             assert cand is not None  # a size has reached the target, so every size has a prediction
             # the sizes on the way are run once each; their own chance of being cheaper is not counted
             spent = sum(self._run_cost(p.mu, math.sqrt(p.sd**2 + noise**2), best_cost) for p in preds[:-1] if p)
-            v, m = self._value(cand.mu, cand.sd, noise, best_cost, left=max(left - len(walk) + 1, 1))
+            c = self.config
+            beliefs = [(1.0 - c.prior_valley, cand.mu, cand.sd), (c.prior_valley, math.log(best_cost), c.valley_sd)]
+            v, m = self._value(beliefs, noise, best_cost, left=max(left - len(walk) + 1, 1))
             via = f" via {', '.join(map(str, walk[:-1]))}" if len(walk) > 1 else ""
             options.append((v - spent, walk[0],
                             f"{t} is untried; predicted {math.exp(cand.mu) / best_cost:.2f}x the best {best} "
@@ -372,7 +387,7 @@ class BatchSizeOptimizer:
             mean_sd = sd / math.sqrt(arm.reached)
             overhead = self.expected_cost(b, best_cost) - self._mean(b)
             mu = math.log(self._mean(b))
-            v, m = self._value(mu, mean_sd, sd, best_cost, left=left, extra=overhead)
+            v, m = self._value([(1.0, mu, mean_sd)], sd, best_cost, left=left, extra=overhead)
             options.append((v, b,
                             f"{b} may still beat {best}: {self.expected_cost(b, best_cost) / best_cost:.2f}x over "
                             f"{arm.reached} run(s), priced over {m} more"))

@@ -44,11 +44,13 @@ class SyntheticShape:
     default_epochs: float
     max_epochs: int
     noise: float = 0.08
+    whole_epochs: bool = False
 
 
 SHAPES: dict[str, SyntheticShape] = {
     "edge-small": SyntheticShape((4, 8, 12, 16, 24, 32), 32, (0.72, 0.8, 0.86, 0.9, 0.96, 1.0), 12.0, 30),
     "edge-small-bump": SyntheticShape((8, 16, 32, 64), 64, (0.7, 1.12, 1.06, 1.0), 12.0, 40),
+    "fine-tune": SyntheticShape((8, 16, 32, 64), 64, (0.75, 0.95, 1.0, 1.0), 3.0, 10, noise=0.15, whole_epochs=True),
     "edge-large": SyntheticShape((32, 64, 128, 256, 512, 1024, 2048), 128,
                                  (1.5, 1.2, 1.0, 0.92, 0.85, 0.8, 0.76), 30.0, 100),
     "flat": SyntheticShape((8, 16, 32, 64, 128, 256, 512), 64, (1.03, 1.01, 0.99, 1.0, 1.02, 0.98, 1.04), 20.0, 100),
@@ -88,7 +90,8 @@ def synthetic_trace(name: str, *, eta: float = 0.5) -> TraceJob:
             epochs[b] = (None,) * len(_RUN_Z)
             continue
         mean = r * scale / best_epoch_cost[b]
-        runs = [round(mean * math.exp(shape.noise * z - shape.noise**2 / 2), 2) for z in _RUN_Z]
+        runs = [mean * math.exp(shape.noise * z - shape.noise**2 / 2) for z in _RUN_Z]
+        runs = [float(math.ceil(e)) if shape.whole_epochs else round(e, 2) for e in runs]
         epochs[b] = tuple(e if e <= shape.max_epochs else None for e in runs)
     job = JobDef(f"synthetic-{name}", "synthetic", "sgd", 0.0, shape.max_epochs, shape.default)
     return TraceJob(
