@@ -8,6 +8,13 @@ tests also run these (every figure modelled; nothing here is measured):
 - ``edge-small-bump``: cheapest at the smallest size, 8x below the default, but the size just
   below the default is *worse* than the default: a search that stops at the first worse size
   never finds it.
+- ``fine-tune``: a few whole epochs to target (3 at the default); the smallest size, 8x below
+  the default, needs one.
+- ``valley``: the held-back failure's shape: a fine-tuning job (whole epochs, noisy) whose
+  smallest size, 8x below the default, is cheapest while the two sizes between are 13-19 %
+  dearer than the default.
+- ``valley-deep``: the same, but the sizes between are 40-60 % dearer than the default: reaching
+  the valley costs about one recurrence more than the default.
 - ``edge-large``: cheapest at the largest size, 16x above the default.
 - ``flat``: every size within a few per cent of the others.
 - ``noisy``: a U-shape with the optimum three sizes below the default and large run-to-run
@@ -51,6 +58,8 @@ SHAPES: dict[str, SyntheticShape] = {
     "edge-small": SyntheticShape((4, 8, 12, 16, 24, 32), 32, (0.72, 0.8, 0.86, 0.9, 0.96, 1.0), 12.0, 30),
     "edge-small-bump": SyntheticShape((8, 16, 32, 64), 64, (0.7, 1.12, 1.06, 1.0), 12.0, 40),
     "fine-tune": SyntheticShape((8, 16, 32, 64), 64, (0.75, 0.95, 1.0, 1.0), 3.0, 10, noise=0.15, whole_epochs=True),
+    "valley": SyntheticShape((8, 16, 32, 64), 64, (0.75, 1.05, 1.1, 1.0), 3.0, 10, noise=0.2, whole_epochs=True),
+    "valley-deep": SyntheticShape((8, 16, 32, 64), 64, (0.8, 1.6, 1.4, 1.0), 12.0, 40),
     "edge-large": SyntheticShape((32, 64, 128, 256, 512, 1024, 2048), 128,
                                  (1.5, 1.2, 1.0, 0.92, 0.85, 0.8, 0.76), 30.0, 100),
     "flat": SyntheticShape((8, 16, 32, 64, 128, 256, 512), 64, (1.03, 1.01, 0.99, 1.0, 1.02, 0.98, 1.04), 20.0, 100),
