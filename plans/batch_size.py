@@ -371,10 +371,13 @@ class BatchSizeOptimizer:
             preds = [self._predict(s) for s in walk]
             cand = preds[-1]
             assert cand is not None  # a size has reached the target, so every size has a prediction
-            # the sizes on the way are run once each; their own chance of being cheaper is not counted
-            spent = sum(self._run_cost(p.mu, math.sqrt(p.sd**2 + noise**2), best_cost) for p in preds[:-1] if p)
             c = self.config
-            beliefs = [(1.0 - c.prior_valley, cand.mu, cand.sd), (c.prior_valley, math.log(best_cost), c.valley_sd)]
+            valley = (c.prior_valley, math.log(best_cost), c.valley_sd)
+            # the sizes on the way are run once each, under the same mixed belief; their own chance of
+            # being cheaper is not counted
+            spent = sum(w * self._run_cost(mu, math.sqrt(sd**2 + noise**2), best_cost)
+                        for p in preds[:-1] if p for w, mu, sd in ((1.0 - c.prior_valley, p.mu, p.sd), valley))
+            beliefs = [(1.0 - c.prior_valley, cand.mu, cand.sd), valley]
             v, m = self._value(beliefs, noise, best_cost, left=max(left - len(walk) + 1, 1))
             via = f" via {', '.join(map(str, walk[:-1]))}" if len(walk) > 1 else ""
             options.append((v - spent, walk[0],
