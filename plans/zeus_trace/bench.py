@@ -43,7 +43,7 @@ def run_pair(trace: TraceJob, *, recurrences: int, seed: int, eta: float, beta: 
         raise ValueError("beta must be > 1")
     info = JobInfo.of(trace, eta=eta, beta=beta)
     ours = simulate(
-        GridshiftPolicy(info, rng=np.random.default_rng([seed, 1]), horizon=recurrences), trace,
+        GridshiftPolicy(info, rng=np.random.default_rng([seed, 1])), trace,
         recurrences=recurrences, seed=seed, eta=eta, beta=beta,
     )
     zeus = simulate(ZeusReplica(info, seed=seed), trace, recurrences=recurrences, seed=seed, eta=eta, beta=beta)
