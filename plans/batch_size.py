@@ -11,7 +11,7 @@ And a size its walk dropped, or one past it, is never tried again.
 
 This optimiser prices every possible exploration, every recurrence, with everything it needs
 learned from the job's own trials (nothing assumes a cost shape), and no size is ever ruled out by
-a rule: only by its predicted value.
+a rule: only by its value under the evidence.
 
 1. **Noise, learned.** Run-to-run noise (epochs to target vary per seed) is modelled as
    multiplicative: the standard deviation of log cost is pooled over every size tried more than
@@ -31,13 +31,14 @@ a rule: only by its predicted value.
    runs leave. Both are closed-form under the log-normal prediction. The belief about an untried
    size is a mixture: the trend above, and with probability ``prior_valley`` a size unrelated to
    its neighbours (log-normal around the best cost), so a cheap walk through worse sizes to a
-   possible valley beyond them is still taken; a dear one (sizes stopped at ``beta``) is not. The number of runs a size
-   gets to show its worth is chosen too (KG(*)): under heavy noise one run cannot change the
-   decision but a few can, and a one-run rule would stop there.
-4. **Misses are evidence about that size only.** A run stopped at ``beta`` x the best (or out of
-   epochs) counts against its own size through the miss rate below; walks start past it, and the
-   sizes beyond are still predicted from the sizes that reached. Early stopping decides when a
-   trial is abandoned, never whether a region is visited.
+   possible valley beyond them is still taken; a dear one (sizes stopped at ``beta``) is not.
+   The number of runs a size gets to show its worth is chosen too (KG(*)): under heavy noise one
+   run cannot change the decision but a few can, and a one-run rule would stop there.
+4. **Misses are evidence, not walls.** A run stopped at ``beta`` x the best (or out of epochs)
+   counts against its own size through the miss rate below, and its stopped cost enters the
+   trend as a lower bound, so the sizes beyond are predicted dearer but keep their chance; walks
+   start past it. Early stopping decides when a trial is abandoned, never whether a region is
+   visited.
 5. **Exploit** the size with the lowest expected recurrence cost. A size's miss rate ``q``
    (``misses / (misses + reached + 1)``) adds ``q / (1 - q)`` expected retries, each charged its
    mean miss plus a run at the best size. A size already tried is re-run when the same value rule
@@ -287,7 +288,7 @@ class BatchSizeOptimizer:
 
         Exploration moves one size at a time, as Zeus's walk does, so a far size is reached through
         the sizes between, each of which informs the next prediction. The walk starts *past* a size
-        that only missed: a miss is evidence about that size, not about the sizes beyond it.
+        that only missed: it is not re-run to get beyond it.
         """
         sizes = self._sizes
         i = sizes.index(t)

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Trial
 from plans.zeus_trace import GridshiftPolicy, JobInfo, oracle, simulate, synthetic_trace
+from scheduler.batch_size_history import batch_size_config
+from scheduler.policy import BatchSizeSearch
 
 SIZES = (8, 16, 32, 64, 128, 256)
 
@@ -147,3 +149,12 @@ def test_walks_through_dearer_sizes_to_an_edge_optimum(edge, bump, noise, seed):
     seq, _ = drive(cost, n=40, seed=seed, config=BatchSizeConfig(sizes, default))
     assert target in seq[:6]
     assert seq[-10:].count(target) >= 8
+
+
+def test_real_runs_build_exactly_the_optimiser_the_benchmark_measures():
+    search = BatchSizeSearch(sizes=(8, 16, 32), default=16, beta=3.0)
+    info = JobInfo(batch_sizes=(8, 16, 32), power_limits_w={b: (100, 200) for b in (8, 16, 32)}, default_b=16,
+                   max_epochs=10, eta=0.5, beta=3.0, max_power_w=200.0)
+    assert GridshiftPolicy(info, rng=np.random.default_rng(0)).bso.config == batch_size_config(search)
+    # no early stop in the policy: the walks are priced without a cap
+    assert batch_size_config(BatchSizeSearch(sizes=(8, 16), default=16, beta=None)).beta == math.inf
