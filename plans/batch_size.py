@@ -404,4 +404,5 @@ class BatchSizeOptimizer:
             # "explore" is a size never run; another run of a known size is exploitation that also learns
             phase: Literal["explore", "exploit"] = "explore" if b not in self.arms else "exploit"
             return Proposal(b, phase, f"{why}; worth {value / best_cost:.2f} runs over the next {left} recurrences")
-        return Proposal(best, "exploit", f"{best} has the lowest expected cost ({best_cost:.4g}) and nothing is worth trying")
+        return Proposal(best, "exploit",
+                        f"{best} has the lowest expected cost ({best_cost:.4g}) and nothing is worth trying")

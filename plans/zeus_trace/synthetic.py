@@ -23,8 +23,10 @@ tests also run these (every figure modelled; nothing here is measured):
   above the cliff and three below the default.
 
 A shape is a relative cost per size (``r``); each size's epochs to target are set so that its
-expected cost at its best power limit is ``r`` times the default's, then spread over five runs. Time and power per limit follow one simple GPU model (small
-batches draw less power and run more steps per epoch).
+expected cost at its best power limit is ``r`` times the default's, then spread over five runs
+(rounded up to whole epochs where the shape says so, which moves the realised costs off ``r``).
+Time and power per limit follow one simple GPU model (small batches draw less power and run more
+steps per epoch).
 """
 
 from __future__ import annotations
