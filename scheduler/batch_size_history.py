@@ -73,8 +73,11 @@ _COLUMNS = ("trial_id", "job", "fingerprint", "batch_size", "status", "outcome",
 
 
 def batch_size_config(search: BatchSizeSearch) -> BatchSizeConfig:
-    """The optimiser's configuration for a policy's ``job.batch_size_search``."""
-    return BatchSizeConfig(batch_sizes=search.sizes, default_batch_size=search.default)
+    """The optimiser's configuration for a policy's ``job.batch_size_search``: the same optimiser,
+    priors and horizon as ``gridshift bench zeus-trace`` measures; ``beta`` is the policy's (None:
+    runs are never stopped)."""
+    return BatchSizeConfig(batch_sizes=search.sizes, default_batch_size=search.default,
+                           beta=math.inf if search.beta is None else search.beta)
 
 
 def early_stop_cost(history: Sequence[Trial], beta: float | None) -> float:
