@@ -67,42 +67,41 @@ def _errors(hindcasts: Sequence[Hindcast], name: str, n_leads: int) -> np.ndarra
 
 
 def _fit_correction(err: np.ndarray, min_pairs: int) -> tuple[np.ndarray, np.ndarray]:
-    """bias[k], carry[k] minimising sum (e_k - bias - carry e_0)^2 with carry in [0, 1]."""
-    n_leads = err.shape[1]
-    bias = np.zeros(n_leads)
-    carry = np.zeros(n_leads)
-    e0 = np.nan_to_num(err[:, 0])  # an input silent about now carries nothing
-    for k in range(1, n_leads):
-        ok = ~np.isnan(err[:, k])
-        if ok.sum() < min_pairs:
-            continue
-        ek, x = err[ok, k], e0[ok]
-        xc = x - x.mean()
-        den = float(xc @ xc)
-        a = float(np.clip(xc @ (ek - ek.mean()) / den, 0.0, 1.0)) if den > 0 else 0.0
-        carry[k] = a
-        bias[k] = float(np.mean(ek - a * x))  # one variable left, the profile's optimum is exact
+    """bias[k], carry[k] minimising sum (e_k - bias - carry e_0)^2 with carry in [0, 1], every lead at once."""
+    ok = ~np.isnan(err)
+    ok[:, 0] = False  # lead 0 is observed: nothing to correct
+    e = np.where(ok, err, 0.0)
+    x = np.where(ok, np.nan_to_num(err[:, :1]), 0.0)  # an input silent about now carries nothing
+    count = ok.sum(axis=0)
+    fitted = count >= max(min_pairs, 1)
+    c = np.maximum(count, 1)
+    mx, me = x.sum(axis=0) / c, e.sum(axis=0) / c
+    xc = np.where(ok, x - mx, 0.0)
+    var = (xc * xc).sum(axis=0)
+    cov = (xc * np.where(ok, e - me, 0.0)).sum(axis=0)
+    carry = np.where(fitted & (var > 0), np.clip(cov / np.where(var > 0, var, 1.0), 0.0, 1.0), 0.0)
+    bias = np.where(fitted, me - carry * mx, 0.0)  # one variable left, the profile's optimum is exact
     return bias, carry
 
 
 def _simplex_min(S: np.ndarray) -> np.ndarray:
-    """argmin w' S w over w >= 0, sum w = 1 (S symmetric PSD, small): the best support's closed form."""
-    k = len(S)
-    best_w, best_v = np.full(k, 1.0 / k), np.inf
+    """Per lead: argmin w' S w over w >= 0, sum w = 1 (S: leads x k x k, symmetric PSD), by its best support's closed form."""
+    n_leads, k, _ = S.shape
+    best_w = np.full((n_leads, k), 1.0 / k)
+    best_v = np.full(n_leads, np.inf)
     for size in range(1, k + 1):
         for sup in combinations(range(k), size):
-            sub = S[np.ix_(sup, sup)]
-            try:
-                z = np.linalg.solve(sub + 1e-12 * np.trace(sub) * np.eye(size), np.ones(size))
-            except np.linalg.LinAlgError:
-                continue
-            if z.sum() <= 0 or (z < -1e-12).any():
-                continue
-            w = np.zeros(k)
-            w[list(sup)] = np.maximum(z, 0.0) / z.sum()
-            v = float(w @ S @ w)
-            if v < best_v:
-                best_w, best_v = w, v
+            idx = list(sup)
+            sub = S[:, idx][:, :, idx]
+            ridge = 1e-12 * np.trace(sub, axis1=1, axis2=2)[:, None, None] * np.eye(size) + 1e-300 * np.eye(size)
+            z = np.linalg.solve(sub + ridge, np.ones((n_leads, size, 1)))[:, :, 0]
+            total = z.sum(axis=1)
+            good = (total > 0) & (z >= -1e-12).all(axis=1)
+            w = np.zeros((n_leads, k))
+            w[:, idx] = np.maximum(z, 0.0) / np.where(total > 0, total, 1.0)[:, None]
+            v = np.einsum("li,lij,lj->l", w, S, w)
+            better = good & (v < best_v)
+            best_w[better], best_v[better] = w[better], v[better]
     return best_w
 
 
@@ -122,13 +121,14 @@ def fit_fusion(hindcasts: Sequence[Hindcast], names: Sequence[str], n_leads: int
         bias[r], carry[r] = _fit_correction(e, min_pairs)
         resid.append(e - bias[r][None, :] - carry[r][None, :] * np.nan_to_num(e[:, :1]))
     R = np.stack(resid)  # inputs x origins x leads
-    for lead in range(1, n_leads):
-        ok = ~np.isnan(R[:, :, lead]).any(axis=0)
-        pairs[lead] = int(ok.sum())
-        if pairs[lead] < min_pairs:
-            continue
-        X = R[:, ok, lead]
-        weights[:, lead] = _simplex_min(X @ X.T / X.shape[1])
+    ok = ~np.isnan(R).any(axis=0)  # origins x leads where every input said something and it was seen
+    pairs = ok.sum(axis=0)
+    X = np.where(ok[None], R, 0.0)
+    S = np.einsum("ior,jor->rij", X, X) / np.maximum(pairs, 1)[:, None, None]
+    fitted = pairs >= min_pairs
+    fitted[0] = False
+    if fitted.any():
+        weights[:, fitted] = _simplex_min(S[fitted]).T
     weights[:, 0] = weights[:, 1] if n_leads > 1 else weights[:, 0]
     return FusionFit(names, bias, carry, weights, pairs)
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Night", "StartWindow", "rank_correlation", "start_gain", "start_gain_share"]
+__all__ = ["ForecastSkill", "Night", "StartWindow", "night_scores", "rank_correlation", "start_gain", "start_gain_share"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +101,57 @@ def start_gain_share(nights: Sequence[Night], window: StartWindow) -> tuple[floa
     if n == 0 or possible <= 0:
         return None, n
     return got / possible, n
+
+
+@dataclass(frozen=True)
+class ForecastSkill:
+    """A forecast's recent record for one decision, and the sentence a plan says about it."""
+
+    label: str
+    nights: int
+    start_gain_share: float | None
+    rank_correlation: float | None
+    mape_pct: float | None
+    bias_g_per_kwh: float | None
+    weights: dict[str, float]
+    trusted_start: bool
+
+    def sentence(self) -> str:
+        """One sentence: which forecast, its weights, and what it earned over the scored nights."""
+        mix = ", ".join(f"{k} {v:.0%}" for k, v in sorted(self.weights.items(), key=lambda kv: -kv[1]))
+        used = f"{self.label} forecast" + (f" ({mix} of the weight)" if mix else "")
+        if self.nights == 0 or self.start_gain_share is None:
+            record = "no scored nights yet, so the start is chosen on it untested"
+        else:
+            rho = "" if self.rank_correlation is None else f", night-hour rank correlation {self.rank_correlation:.2f}"
+            mape = "" if self.mape_pct is None else f", MAPE {self.mape_pct:.1f} %"
+            record = (f"over the last {self.nights} nights it captured {self.start_gain_share:.0%} of the perfect-foresight "
+                      f"start gain{rho}{mape}")
+        gate = "" if self.trusted_start else "; no gain on record, so the cron start is kept and only modes are chosen"
+        return f"{used}: {record}{gate}."
+
+    def as_dict(self) -> dict[str, object]:
+        return {"label": self.label, "nights": self.nights, "start_gain_share": self.start_gain_share,
+                "rank_correlation": self.rank_correlation, "mape_pct": self.mape_pct,
+                "bias_g_per_kwh": self.bias_g_per_kwh, "weights": self.weights, "trusted_start": self.trusted_start,
+                "sentence": self.sentence()}
+
+
+def night_scores(nights: Sequence[Night], window: StartWindow) -> tuple[float | None, float | None, float | None]:
+    """(mean night-hour rank correlation, MAPE %, mean bias g/kWh) over the window's hours of ``nights``."""
+    rhos, ape, err = [], [], []
+    for night in nights:
+        f = np.asarray(night.forecast, dtype=float)[1: window.end]  # lead 0 is observed, not forecast
+        y = np.asarray(night.observed, dtype=float)[1: window.end]
+        m = min(len(f), len(y))
+        f, y = f[:m], y[:m]
+        ok = ~(np.isnan(f) | np.isnan(y))
+        rho = rank_correlation(f, y)
+        if rho is not None:
+            rhos.append(rho)
+        err += list(f[ok] - y[ok])
+        pos = ok & (y > 0)  # a zero-carbon hour has no percentage error
+        ape += list(np.abs(f[pos] - y[pos]) / y[pos])
+    mean = (lambda xs: float(np.mean(xs)) if len(xs) else None)
+    mape = mean(ape)
+    return mean(rhos), None if mape is None else 100.0 * mape, mean(err)

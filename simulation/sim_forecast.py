@@ -23,7 +23,7 @@ import numpy as np
 from carbon.forecast import FIT_DAYS, PROFILE_DAYS, daily_profile
 from carbon.fusion import FusionFit, Hindcast, apply_fusion, fit_fusion
 from carbon.issued import IssuedForecasts
-from carbon.skill import Night, StartWindow, start_gain_share
+from carbon.skill import ForecastSkill, Night, StartWindow, night_scores, start_gain_share
 
 __all__ = ["GridForecaster", "DailyProfileForecaster", "FusedForecaster", "IssuedForecaster", "NoisyTraceForecaster",
            "PerfectForecaster", "StartGate"]
@@ -193,11 +193,11 @@ class FusedForecaster:
                                 float(values[now_index]))
         return self._fused_at(values, now_index, self.horizon)[:n].copy()
 
-    def start_record(self, values: np.ndarray, now_index: int, window: StartWindow) -> tuple[float | None, int]:
-        """The fused forecast's start-gain share over the last ``days`` nights fully observed by ``now_index``.
+    def _nights(self, values: np.ndarray, now_index: int, window: StartWindow) -> list[Night]:
+        """The last ``days`` nights fully observed by ``now_index``, each with the forecast fused at its origin.
 
-        Each night's forecast is the one fused at that night's origin from the nights before it
-        (out of sample), as the product's archive would have kept it.
+        Each night's forecast was fused from the nights before it (out of sample), as the product's
+        archive keeps it.
         """
         n = max(self.horizon, window.end)
         nights = []
@@ -208,7 +208,21 @@ class FusedForecaster:
             if j + window.end - 1 > now_index:
                 continue
             nights.append(Night(forecast=self._fused_at(values, j, n), observed=values[j: j + n]))
-        return start_gain_share(nights, window)
+        return nights
+
+    def start_record(self, values: np.ndarray, now_index: int, window: StartWindow) -> tuple[float | None, int]:
+        """The fused forecast's start-gain share over its last ``days`` scored nights, and how many."""
+        return start_gain_share(self._nights(values, now_index, window), window)
+
+    def skill(self, values: np.ndarray, now_index: int, window: StartWindow, *, label: str = "fused") -> ForecastSkill:
+        """The record the start decision at ``now_index`` stood on, and the weights it used over the window."""
+        nights = self._nights(values, now_index, window)
+        share, n = start_gain_share(nights, window)
+        rho, mape, bias = night_scores(nights, window)
+        w = self.fit(values, now_index, max(self.horizon, window.end)).weights[:, 1: window.end].mean(axis=1)
+        return ForecastSkill(label=label, nights=n, start_gain_share=share, rank_correlation=rho, mape_pct=mape,
+                             bias_g_per_kwh=bias, weights={k: float(x) for k, x in zip(self.inputs, w)},
+                             trusted_start=self.trusts_start(values, now_index, window))
 
     def trusts_start(self, values: np.ndarray, now_index: int, window: StartWindow) -> bool:
         """Do no harm: keep the cron start once ``min_nights`` or more scored nights show no start gain.
