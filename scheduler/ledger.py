@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.errors import LedgerError
-from scheduler.sqlite_file import connect_wal
+from carbon.sqlite_file import connect_wal
 
 __all__ = ["gridshift_home", "Ledger", "LEDGER_SCHEMA_VERSION"]
 
