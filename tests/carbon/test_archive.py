@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import stat
 from datetime import datetime, timedelta, timezone
@@ -105,3 +106,28 @@ def test_the_monitor_archives_every_forecast_and_fuses_on_the_record() -> None:
     err = np.mean([abs(p.g_per_kwh - _wave(p.start)) for p in ahead])
     assert err < 5.0  # the provider's 50 g bias (or the history forecast) learned; raw it would be 50
     monitor.close()
+
+
+def test_the_forecasts_command_scores_what_the_monitor_archived(capsys) -> None:
+    from carbon.scorecard import scorecard
+    from carbon.skill import StartWindow
+    from flows.cli import app
+    from flows.cli._errors import run_guarded
+    from flows.sources import forecast_archive_path
+
+    monitor = CarbonMonitor([SourceSpec("fc", Forecasting)], archive=ForecastArchive(forecast_archive_path()),
+                            forecast_horizon=timedelta(hours=12), learn_window=timedelta(days=3))
+    for d in range(6):
+        monitor.read(T0 + timedelta(days=d, hours=21))
+    monitor.close()
+    with ForecastArchive(forecast_archive_path()) as a:  # scored as of the last read's next morning
+        card = scorecard(a, provider="fc", zone="Z", now=T0 + timedelta(days=6, hours=9), origin_hour=21,
+                         window=StartWindow(reference=4, starts=tuple(range(9)), length=3))
+    assert card.nights == 5 and card.start_gain_share == 1.0  # a steady bias does not move the best start
+    assert card.rank_correlation == 1.0
+    assert all(abs(s.bias_g_per_kwh - 50.0) < 1e-9 for s in card.leads)
+    assert run_guarded(app, ["forecasts", "--provider", "fc", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [p["provider"] for p in out["providers"]] == ["fc"] and out["providers"][0]["leads"][0]["lead_h"] == 1
+    assert run_guarded(app, ["forecasts"]) == 0
+    assert "forecast:fused [Z]" in capsys.readouterr().out
