@@ -19,7 +19,11 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["ForecastSkill", "Night", "StartWindow", "night_scores", "rank_correlation", "start_gain", "start_gain_share"]
+__all__ = ["MIN_NIGHTS", "ForecastSkill", "Night", "StartWindow", "night_scores", "rank_correlation", "start_gain",
+           "start_gain_share", "trusts_start"]
+
+#: scored nights before a record may take the start choice away (a week: every weekday once)
+MIN_NIGHTS = 7
 
 
 @dataclass(frozen=True)
@@ -155,3 +159,12 @@ def night_scores(nights: Sequence[Night], window: StartWindow) -> tuple[float | 
     mean = (lambda xs: float(np.mean(xs)) if len(xs) else None)
     mape = mean(ape)
     return mean(rhos), None if mape is None else 100.0 * mape, mean(err)
+
+
+def trusts_start(share: float | None, nights: int, *, min_nights: int = MIN_NIGHTS) -> bool:
+    """Do no harm: the start is chosen on the forecast unless ``min_nights`` or more scored nights show no gain.
+
+    With a shorter record there is no evidence either way, and the start is chosen on the forecast
+    (what gridshift did before it kept a record).
+    """
+    return nights < min_nights or (share is not None and share > 0.0)

@@ -205,10 +205,29 @@ def _wait_in_prefect(why: str, parameters: dict[str, Any]) -> dict[str, Any]:
     return {"awaiting_gpus": why, "flow_run_id": str(run.id), "retry_at": again.isoformat()}
 
 
+def _fused_record(monitor: Any, policy: Any, *, zone: str, nominal: datetime, now: datetime) -> Any:
+    """The archived fused forecast's record on this job's start decision (hourly), or None without an archive."""
+    import math
+
+    from carbon.scorecard import scorecard
+    from carbon.skill import StartWindow
+
+    job = policy.job
+    if monitor.archive is None or job.deadline_s is None:
+        return None
+    earliest = nominal + timedelta(seconds=job.earliest_start_s)
+    latest_h = int((job.deadline_s - job.expected_duration_s - job.earliest_start_s) // 3600)
+    window = StartWindow(reference=int(round(-job.earliest_start_s / 3600)), starts=tuple(range(max(latest_h, 0) + 1)),
+                         length=max(math.ceil(job.expected_duration_s / 3600), 1))
+    return scorecard(monitor.archive, provider="forecast:fused", zone=zone, now=now, origin_hour=earliest.hour,
+                     window=window)
+
+
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
+    from carbon.skill import trusts_start
     from flows.sources import monitor_for
-    from scheduler.planning import plan_start, run_key
+    from scheduler.planning import StartChoice, plan_start, run_key
     from scheduler.policy_io import load_policy
 
     logger = get_run_logger()
@@ -219,9 +238,15 @@ def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str |
     monitor = monitor_for(policy)
     try:
         reading = monitor.read(now)
+        record = _fused_record(monitor, policy, zone=reading.series.zone, nominal=nominal, now=now)
     finally:
         monitor.close()
     decision = plan_start(policy, reading.series, nominal=nominal, now=now)
+    if record is not None and not trusts_start(record.start_gain_share, record.nights):
+        decision = StartChoice(start_at=max(nominal, now), mode=policy.rules.clean_mode,
+                               reason=f"the cron start is kept: over {record.nights} nights the fused forecast captured "
+                                      f"{record.start_gain_share or 0.0:.0%} of the possible start gain (do no harm); "
+                                      "the run still chooses its modes")
     logger.info("plan for %s: start %s UTC — %s", nominal.isoformat(), f"{decision.start_at:%Y-%m-%d %H:%M}",
                 decision.reason)
     name = _deployment_name()

@@ -23,7 +23,7 @@ import numpy as np
 from carbon.forecast import FIT_DAYS, PROFILE_DAYS, daily_profile
 from carbon.fusion import FusionFit, Hindcast, apply_fusion, fit_fusion
 from carbon.issued import IssuedForecasts
-from carbon.skill import ForecastSkill, Night, StartWindow, night_scores, start_gain_share
+from carbon.skill import MIN_NIGHTS, ForecastSkill, Night, StartWindow, night_scores, start_gain_share, trusts_start
 
 __all__ = ["GridForecaster", "DailyProfileForecaster", "FusedForecaster", "IssuedForecaster", "NoisyTraceForecaster",
            "PerfectForecaster", "StartGate"]
@@ -150,7 +150,7 @@ class FusedForecaster:
     """
 
     def __init__(self, inputs: Mapping[str, InputForecast], *, step_s: float, days: int = PROFILE_DAYS,
-                 min_nights: int = 7) -> None:
+                 min_nights: int = MIN_NIGHTS) -> None:
         self.inputs = dict(inputs)
         self.per_day = max(int(round(86400.0 / step_s)), 1)
         self.days = days
@@ -225,13 +225,9 @@ class FusedForecaster:
                              trusted_start=self.trusts_start(values, now_index, window))
 
     def trusts_start(self, values: np.ndarray, now_index: int, window: StartWindow) -> bool:
-        """Do no harm: keep the cron start once ``min_nights`` or more scored nights show no start gain.
-
-        With a shorter record there is no evidence either way, and the start is chosen on the forecast
-        (what gridshift did before it kept a record).
-        """
+        """Do no harm: :func:`carbon.skill.trusts_start` on the fused forecast's record before ``now_index``."""
         share, nights = self.start_record(values, now_index, window)
-        return nights < self.min_nights or (share is not None and share > 0.0)
+        return trusts_start(share, nights, min_nights=self.min_nights)
 
 
 def start_window(*, origin_s: float, reference_s: float, latest_start_s: float, run_s: float, step_s: float) -> StartWindow:
