@@ -223,6 +223,15 @@ def _fused_record(monitor: Any, policy: Any, *, zone: str, nominal: datetime, no
                      window=window)
 
 
+def _record_sentence(notes: tuple[str, ...], record: Any) -> str:
+    used = next((n for n in notes if n.startswith("forecast:fused")), "forecast:fused forecast")
+    if record.start_gain_share is None:
+        return f"{used}; no night of its record scored yet"
+    rho = "" if record.rank_correlation is None else f", night-hour rank correlation {record.rank_correlation:.2f}"
+    return (f"{used}; over the last {record.nights} nights it captured {record.start_gain_share:.0%} of the "
+            f"perfect-foresight start gain{rho}")
+
+
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
     from carbon.skill import trusts_start
@@ -252,6 +261,9 @@ def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str |
     name = _deployment_name()
     out: dict[str, Any] = {"nominal_start": nominal.isoformat(), "planned_start": decision.start_at.isoformat(),
                            "reason": decision.reason}
+    if record is not None:  # the forecast this plan stood on, and its record, in one sentence
+        out["forecast"] = _record_sentence(reading.notes, record)
+        logger.info("forecast: %s", out["forecast"])
     if name is None or (decision.start_at - now).total_seconds() <= _DEFER_MIN_S:
         return out
     from prefect.deployments import run_deployment
