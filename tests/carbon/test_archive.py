@@ -131,3 +131,28 @@ def test_the_forecasts_command_scores_what_the_monitor_archived(capsys) -> None:
     assert [p["provider"] for p in out["providers"]] == ["fc"] and out["providers"][0]["leads"][0]["lead_h"] == 1
     assert run_guarded(app, ["forecasts"]) == 0
     assert "forecast:fused [Z]" in capsys.readouterr().out
+
+
+class Backwards(Forecasting):
+    """A forecast with the night upside down: clean where it is dirty."""
+
+    def forecast(self, *, now: datetime, horizon: timedelta) -> IntensitySeries:
+        first = now.replace(minute=0, second=0, microsecond=0) + H
+        return IntensitySeries.of(_points(first, int(horizon / H), lambda t: 600.0 - _wave(t), forecast=True), zone="Z")
+
+
+def test_the_gate_closes_on_a_record_without_gain_and_stays_open_on_a_good_one() -> None:
+    from carbon.scorecard import scorecard
+    from carbon.skill import StartWindow, trusts_start
+
+    window = StartWindow(reference=4, starts=tuple(range(9)), length=3)
+    for provider, trusted in ((Backwards, False), (Forecasting, True)):
+        archive = ForecastArchive(":memory:")
+        monitor = CarbonMonitor([SourceSpec("fc", provider)], archive=archive, forecast_horizon=timedelta(hours=12),
+                                learn_window=timedelta(days=2), history_window=timedelta(hours=1), forecaster=None)
+        for h in range(0, 24 * 9, 3):  # reads every 3 h, each fetching the history since the last
+            monitor.read(T0 + timedelta(hours=h))
+        card = scorecard(archive, provider="fc", zone="Z", now=T0 + timedelta(days=9), origin_hour=6, window=window)
+        assert card.nights >= 7
+        assert trusts_start(card.start_gain_share, card.nights) is trusted
+        monitor.close()
