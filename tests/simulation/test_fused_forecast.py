@@ -90,3 +90,30 @@ def test_never_below_static_efficiency_with_a_shared_archive_moved_by_12_hours(r
     s = simulate(policy, series, modes, fused, strategies=("static_efficiency",)).summary()["strategies"]
     assert s["gridshift"]["deadline_misses"] == 0
     assert s["gridshift"]["carbon_g"] <= s["static_efficiency"]["carbon_g"]
+
+
+def test_on_a_grid_and_an_archive_that_are_pure_noise_it_is_not_above_static_efficiency() -> None:
+    """No daily shape to learn and an archive of random numbers: the gate and the weights leave nothing to lose."""
+    from datetime import datetime, timedelta, timezone
+
+    from carbon.series import IntensityPoint, IntensitySeries
+    from scheduler.planner import ModeFigures
+    from scheduler.policy_io import load_policy
+    from simulation.simulate import simulate
+
+    r = np.random.default_rng(0)
+    days = 60
+    t0 = datetime(2021, 1, 1, tzinfo=timezone.utc)
+    series = IntensitySeries.of([IntensityPoint(start=t0 + timedelta(hours=h), duration=timedelta(hours=1),
+                                                g_per_kwh=float(max(v, 1.0)))
+                                 for h, v in enumerate(300 + 60 * r.standard_normal(24 * days))])
+    junk = IssuedForecasts(issued_s=[t0.timestamp() + d * 86400 + 43200 for d in range(days - 1)],
+                           valid_s=[t0.timestamp() + (d + 1) * 86400 + np.arange(24) * STEP for d in range(days - 1)],
+                           values=[np.maximum(300 + 60 * r.standard_normal(24), 1.0) for _ in range(days - 1)])
+    raw = IssuedForecaster(junk, origin_s=t0.timestamp(), step_s=STEP)
+    fused = FusedForecaster({"junk": raw.as_issued, "history": DailyProfileForecaster(step_s=STEP).forecast}, step_s=STEP)
+    modes = [ModeFigures("speed", 227.0, 1.0, "test"), ModeFigures("efficiency", 149.0, 0.823, "test")]
+    policy = load_policy(REPO / "examples" / "nightly.yaml")
+    s = simulate(policy, series, modes, fused, strategies=("static_efficiency",)).summary()["strategies"]
+    assert s["gridshift"]["deadline_misses"] == 0
+    assert s["gridshift"]["carbon_g"] <= s["static_efficiency"]["carbon_g"]
