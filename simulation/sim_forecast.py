@@ -6,7 +6,11 @@ A :class:`GridForecaster` answers "standing at grid index ``i``, what do you exp
 - :class:`DailyProfileForecaster` (the default): past data only, through the flow's own forecaster
   :func:`carbon.forecast.daily_profile` on the trace's grid (one forecaster for flow and simulator);
 - :class:`IssuedForecaster`: an archive of forecasts as issued: at each decision the newest
-  forecast issued at or before it (``simulate --forecast-file``);
+  forecast issued at or before it (``simulate --forecast-file --forecast issued``);
+- :class:`FusedForecaster` (``simulate --forecast-file``): the archive, the history forecast and the
+  latest observation fused by :mod:`carbon.fusion` on the nights before each decision, with the
+  do-no-harm start gate (:func:`carbon.skill.trusts_start`) that :func:`simulation.simulate.simulate`
+  asks before choosing a start;
 - :class:`NoisyTraceForecaster`: the real future plus autocorrelated multiplicative noise of
   relative size ``error``, for "what if my provider's forecast is X % off";
 - :class:`PerfectForecaster`: the real future (the oracle).
@@ -232,7 +236,6 @@ class FusedForecaster:
 
 def start_window(*, origin_s: float, reference_s: float, latest_start_s: float, run_s: float, step_s: float) -> StartWindow:
     """The start decision made at ``origin_s`` in grid steps: cron start, starts up to ``latest_start_s``, run length."""
-    first = 0
     last = int(np.floor((latest_start_s - origin_s) / step_s + 1e-9))
-    return StartWindow(reference=int(round((reference_s - origin_s) / step_s)), starts=tuple(range(first, max(last, first) + 1)),
+    return StartWindow(reference=int(round((reference_s - origin_s) / step_s)), starts=tuple(range(max(last, 0) + 1)),
                        length=max(int(np.ceil(run_s / step_s - 1e-9)), 1))
