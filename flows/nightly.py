@@ -205,10 +205,38 @@ def _wait_in_prefect(why: str, parameters: dict[str, Any]) -> dict[str, Any]:
     return {"awaiting_gpus": why, "flow_run_id": str(run.id), "retry_at": again.isoformat()}
 
 
+def _fused_record(monitor: Any, policy: Any, *, zone: str, nominal: datetime, now: datetime) -> Any:
+    """The archived fused forecast's record on this job's start decision (hourly), or None without an archive."""
+    import math
+
+    from carbon.scorecard import scorecard
+    from carbon.skill import StartWindow
+
+    job = policy.job
+    if monitor.archive is None or job.deadline_s is None:
+        return None
+    earliest = nominal + timedelta(seconds=job.earliest_start_s)
+    latest_h = int((job.deadline_s - job.expected_duration_s - job.earliest_start_s) // 3600)
+    window = StartWindow(reference=int(round(-job.earliest_start_s / 3600)), starts=tuple(range(max(latest_h, 0) + 1)),
+                         length=max(math.ceil(job.expected_duration_s / 3600), 1))
+    return scorecard(monitor.archive, provider="forecast:fused", zone=zone, now=now, origin_hour=earliest.hour,
+                     window=window)
+
+
+def _record_sentence(notes: tuple[str, ...], record: Any) -> str:
+    used = next((n for n in notes if n.startswith("forecast:fused")), "forecast:fused forecast")
+    if record.start_gain_share is None:
+        return f"{used}; no night of its record scored yet"
+    rho = "" if record.rank_correlation is None else f", night-hour rank correlation {record.rank_correlation:.2f}"
+    return (f"{used}; over the last {record.nights} nights it captured {record.start_gain_share:.0%} of the "
+            f"perfect-foresight start gain{rho}")
+
+
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
+    from carbon.skill import trusts_start
     from flows.sources import monitor_for
-    from scheduler.planning import occurrence_for, plan_start, run_key
+    from scheduler.planning import StartChoice, occurrence_for, plan_start, run_key
     from scheduler.policy_io import load_policy
 
     logger = get_run_logger()
@@ -218,14 +246,23 @@ def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str |
     monitor = monitor_for(policy)
     try:
         reading = monitor.read(now)
+        record = _fused_record(monitor, policy, zone=reading.series.zone, nominal=nominal, now=now)
     finally:
         monitor.close()
     decision = plan_start(policy, reading.series, nominal=nominal, now=now)
+    if record is not None and not trusts_start(record.start_gain_share, record.nights):
+        decision = StartChoice(start_at=max(nominal, now), mode=policy.rules.clean_mode,
+                               reason=f"the cron start is kept: over {record.nights} nights the fused forecast captured "
+                                      f"{record.start_gain_share or 0.0:.0%} of the possible start gain (do no harm); "
+                                      "the run still chooses its modes")
     logger.info("plan for %s: start %s UTC — %s", nominal.isoformat(), f"{decision.start_at:%Y-%m-%d %H:%M}",
                 decision.reason)
     name = _deployment_name()
     out: dict[str, Any] = {"nominal_start": nominal.isoformat(), "planned_start": decision.start_at.isoformat(),
                            "reason": decision.reason}
+    if record is not None:  # the forecast this plan stood on, and its record, in one sentence
+        out["forecast"] = _record_sentence(reading.notes, record)
+        logger.info("forecast: %s", out["forecast"])
     if name is None or (decision.start_at - now).total_seconds() <= _DEFER_MIN_S:
         return out
     from prefect.deployments import run_deployment

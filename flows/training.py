@@ -374,6 +374,9 @@ def carbon_aware_training(
         warnings.append(late_warning)
     energy_j = run.energy_j
     extra = {**(report_extra or {}), **run.extra}
+    fused = [n for n in reading.notes if n.startswith("forecast:fused")]
+    if fused:  # the forecast the plans stood on, and its record, in one sentence
+        extra["forecast"] = fused[0]
     if raised is not None:  # so the CLI can map e.g. a GPU lost mid-run to its exit code
         extra["error_type"] = f"{type(raised).__module__}:{type(raised).__qualname__}"
     if paused:

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from carbon.sqlite_file import connect_wal
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Proposal, Trial
 from scheduler.errors import LedgerError
 from scheduler.ledger import gridshift_home
 from scheduler.policy import BatchSizeSearch
-from scheduler.sqlite_file import connect_wal
 
 __all__ = ["BatchSizeHistory", "BSO_SCHEMA_VERSION", "LEARNT_OUTCOMES", "OUTCOMES", "batch_size_config",
            "early_stop_cost"]

@@ -12,8 +12,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from carbon.sqlite_file import connect_wal
 from scheduler.errors import LedgerError
-from scheduler.sqlite_file import connect_wal
 
 __all__ = ["gridshift_home", "Ledger", "LEDGER_SCHEMA_VERSION"]
 

@@ -41,7 +41,7 @@ from scheduler.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, plan_slots
 from scheduler.policy import PlanRule, Policy, RelativeRule
 from scheduler.shifting import best_start_over_modes
-from simulation.sim_forecast import GridForecaster
+from simulation.sim_forecast import GridForecaster, StartGate, start_window
 
 __all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "nominal_starts", "simulate", "resample"]
 
@@ -377,6 +377,13 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
         p = plan_slots(intensity, pj, modes, now=t0 + timedelta(seconds=at), objective=objective,
                        constraints=constraints, explain=False)
         return [names[x] if x is not None else -1 for x in p.slot_modes]
+
+    if isinstance(forecaster, StartGate):  # do no harm: a forecast whose record shows no start gain keeps the cron start
+        i0 = int(earliest_s // step)
+        window = start_window(origin_s=i0 * step, reference_s=max(nominal_s, earliest_s),
+                              latest_start_s=deadline_s - job.expected_duration_s, run_s=job.expected_duration_s, step_s=step)
+        if not forecaster.trusts_start(truth.values, i0, window):
+            t, started = max(nominal_s, earliest_s), True
 
     while left > 1e-9:
         todo = plan(t)
