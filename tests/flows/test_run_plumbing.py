@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from flows.cli._signals import StopSignals
+from flows.job import KILL_NOW
 from flows.job import OUTPUT_THREAD_NAME
 from flows.prefect_server import configured_api_url
 from flows.run_logging import run_logging
@@ -66,17 +67,23 @@ def test_an_unwritable_log_folder_costs_the_file_not_the_run(tmp_path: Path) -> 
     assert path is None and stream.getvalue() == "gridshift: warning: still shown\n"
 
 
-def test_the_first_signal_raises_later_ones_mark_the_stop_forced() -> None:
+def test_the_first_signal_raises_the_second_hurries_the_third_raises() -> None:
     stop = StopSignals()
-    with pytest.raises(KeyboardInterrupt):
-        stop.handle(signal.SIGINT, None)
-    assert stop.exit_code == 130 and not stop.forced
-    with pytest.raises(SystemExit) as info:
+    with stop.installed():
+        with pytest.raises(KeyboardInterrupt):
+            stop.handle(signal.SIGINT, None)
+        assert stop.exit_code == 130 and not stop.forced and not KILL_NOW.is_set()
+        # the second must not raise: an exception in the flow's cleanup would lose the measured span
         stop.handle(signal.SIGTERM, None)
-    assert info.value.code == 143 and stop.forced and stop.exit_code == 130
-    stop.settle()
-    stop.handle(signal.SIGINT, None)  # counted only: the report is being printed
-    assert len(stop.received) == 3
+        assert stop.forced and KILL_NOW.is_set() and stop.exit_code == 130
+        with pytest.raises(SystemExit) as info:  # a cleanup that hangs can still be cut short
+            stop.handle(signal.SIGTERM, None)
+        assert info.value.code == 143
+        stop.settle()
+        stop.handle(signal.SIGINT, None)  # counted only: the report is being printed
+        assert len(stop.received) == 4
+    with StopSignals().installed():
+        assert not KILL_NOW.is_set()  # each run starts unhurried
 
 
 def test_the_handlers_are_installed_for_the_block_only() -> None:
