@@ -128,7 +128,7 @@ def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdi
     assert name is not None
     now = datetime.now(timezone.utc)
     policy = load_policy(policy_path)
-    nominal = now if start_now else _scheduled_time(now) - timedelta(seconds=min(policy.job.earliest_start_s, 0.0))
+    nominal = now if start_now else _occurrence(policy.job.cron, _scheduled_time(now), policy.job.earliest_start_s)
     submitted = submit_placed_run(policy_path, deployment=name, nominal=nominal, start_now=start_now,
                                   key=None if start_now else run_key(policy, nominal), ledger_path=ledger_path,
                                   workdir=workdir, now=now)
@@ -205,6 +205,23 @@ def _wait_in_prefect(why: str, parameters: dict[str, Any]) -> dict[str, Any]:
     return {"awaiting_gpus": why, "flow_run_id": str(run.id), "retry_at": again.isoformat()}
 
 
+def _occurrence(cron: str | None, fired: datetime, earliest_start_s: float) -> datetime:
+    """The occurrence a planning run plans for: the job's first cron occurrence at or after ``fired``.
+
+    The deployment's cron fires at the occurrence's earliest allowed start
+    (:func:`flows.deploy.planning_cron`), which is this; a planning run started by hand
+    (``-p plan=true``) fires now and so plans the cron's next occurrence, not now plus the window.
+    Without a cron the occurrence is ``fired`` moved by the window's lead.
+    """
+    if cron:
+        from apscheduler.triggers.cron import CronTrigger
+
+        nxt = CronTrigger.from_crontab(cron, timezone=timezone.utc).get_next_fire_time(None, fired)
+        if nxt is not None:
+            return nxt
+    return fired - timedelta(seconds=min(earliest_start_s, 0.0))
+
+
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
     from flows.sources import monitor_for
@@ -214,8 +231,7 @@ def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str |
     logger = get_run_logger()
     policy = load_policy(policy_path)
     now = datetime.now(timezone.utc)
-    fired = _scheduled_time(now)
-    nominal = fired - timedelta(seconds=min(policy.job.earliest_start_s, 0.0))
+    nominal = _occurrence(policy.job.cron, _scheduled_time(now), policy.job.earliest_start_s)
     monitor = monitor_for(policy)
     try:
         reading = monitor.read(now)
