@@ -132,3 +132,10 @@ def test_the_decision_line_names_the_mode_once(reason: str, shown: str) -> None:
               "deferred_s": 0.0, "duration_s": 1.0, "measured": False, "energy_j": 1.0, "carbon_g": 0.1,
               "intensity_g_per_kwh": 600.0, "intensity_kind": "marginal", "intensity_source": "trace"}
     assert shown in _human(report)
+
+
+def test_the_run_log_is_the_owners_only(tmp_path: Path) -> None:
+    with run_logging(tmp_path / "home" / "logs" / "r1.log", stream=io.StringIO()) as log:
+        logging.getLogger("gridshift.test").warning("a line")
+    assert log is not None and log.read_text().endswith("a line\n")
+    assert log.stat().st_mode & 0o777 == 0o600 and log.parent.stat().st_mode & 0o777 == 0o700
