@@ -114,8 +114,9 @@ def _prefect_api(log_path: Path | None, stop: StopSignals) -> Iterator[tuple[Tem
         try:
             yield None
         finally:
-            if not stop.forced:
-                drain_prefect_workers()
+            # also after a second signal: undrained, Prefect's log handler flushes at exit (logging.shutdown)
+            # and retries against the server for seconds; drained while it is up, it costs a fraction of one
+            drain_prefect_workers()
         return
     server = TemporaryServer(log_path or Path(os.devnull))
     server.start()
@@ -134,9 +135,8 @@ def _prefect_api(log_path: Path | None, stop: StopSignals) -> Iterator[tuple[Tem
             os.environ.pop("PREFECT_API_URL", None)
         else:
             os.environ["PREFECT_API_URL"] = previous
-        if not stop.forced:
-            drain_prefect_workers()
-        server.stop(grace_s=0.5 if stop.forced else STOP_GRACE_S)
+        drain_prefect_workers()  # before the server goes, also after a second signal (see above)
+        server.stop(grace_s=0.0 if stop.forced else STOP_GRACE_S)  # insisted: its database survives a kill
 
 
 def _watch_start(server: TemporaryServer, stop: StopSignals) -> "Future[float]":
