@@ -71,8 +71,6 @@ def exit_code_for(exc: BaseException) -> int:
 
 def exit_code_for_type(cls: type[BaseException]) -> int:
     """:func:`exit_code_for` by class (a run's report records its error's class, not the error)."""
-    import httpx
-
     from backends.errors import BackendError, UnknownBackend
     from carbon.errors import BadTrace, CarbonError, UnknownZone
     from carbon.providers.registry import UnknownProvider
@@ -89,7 +87,11 @@ def exit_code_for_type(cls: type[BaseException]) -> int:
         return EXIT_INPUT
     # every backend error (no device, no permission, device lost, unsupported, journal) and every
     # carbon source failure is the environment; so is a server (Prefect's) that does not answer
-    if issubclass(cls, (CarbonError, BackendError, LedgerError, EnvironmentNotReady, httpx.TransportError)):
+    # an httpx error exists only once httpx is imported: importing it to compare costs a pre-flight
+    # refusal a fifth of its time
+    httpx = sys.modules.get("httpx")
+    transport = (httpx.TransportError,) if httpx is not None else ()
+    if issubclass(cls, (CarbonError, BackendError, LedgerError, EnvironmentNotReady, *transport)):
         return EXIT_ENV
     return EXIT_FAILED
 

@@ -127,6 +127,8 @@ def test_real_cli_run_json_prints_exactly_one_object(tmp_path: Path) -> None:
     assert report["measured"] is False and report["backend"] == "simulated"
     assert all({"mode", "start", "end"} <= set(m) for m in report["modes"])
     assert "epoch 2/2" in proc.stderr  # job output streamed into the logs, on stderr
+    # the first line says which server, before Prefect's import (its timing: benchmarks/run_overhead.py)
+    assert proc.stderr.splitlines()[0] == f"gridshift: using the Prefect server at {env['PREFECT_API_URL']}"
     # every warning on stderr is in the report, for a reader of --json alone
     warned = [line.removeprefix("gridshift: warning: ") for line in proc.stderr.splitlines()
               if line.startswith("gridshift: warning: ")]
