@@ -139,3 +139,14 @@ def test_the_run_log_is_the_owners_only(tmp_path: Path) -> None:
         logging.getLogger("gridshift.test").warning("a line")
     assert log is not None and log.read_text().endswith("a line\n")
     assert log.stat().st_mode & 0o777 == 0o600 and log.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_prefects_view_link_to_the_temporary_server_is_dropped() -> None:
+    # the temporary server has no UI and is gone after the run: a link to it would lead nowhere
+    from flows.cli.run import _no_view_link
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("prefect.flow_runs", logging.INFO, __file__, 1, message, None, None)
+
+    assert not _no_view_link(record("View at http://127.0.0.1:41234/runs/flow-run/abc"))
+    assert _no_view_link(record("Beginning flow run 'x' for flow 'carbon_aware_training'"))
