@@ -12,7 +12,9 @@ shutdown is most of what a stop waits for. Once the job's line shows:
 Each figure is the median of ``--repeat`` stops, seconds from the first press to the exit
 (measured, wall clock), with the run's energy from the ledger to show the second press kept it.
 
-    python benchmarks/stop_latency.py [--repeat 3] [--json]
+``--repo PATH`` times another checkout's ``gridshift`` (e.g. an older version) the same way.
+
+    python benchmarks/stop_latency.py [--repeat 3] [--json] [--repo PATH]
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="stops per case (median reported)")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="limit per wait")
+    ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose gridshift is timed")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gridshift-stop-") as tmp_name:
         tmp = Path(tmp_name)
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         (tmp / "policy.yaml").write_text(yaml.safe_dump(policy))
         (tmp / "home").mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        env.update(GRIDSHIFT_HOME=str(tmp / "home"), PREFECT_HOME=str(tmp / "prefect-home"), PYTHONPATH=str(REPO))
+        env.update(GRIDSHIFT_HOME=str(tmp / "home"), PREFECT_HOME=str(tmp / "prefect-home"), PYTHONPATH=str(args.repo.resolve()))
         run = [sys.executable, "-c", "from flows.cli import main; main()", "run", str(tmp / "policy.yaml")]
         _stop_once(env, run, 1, args.timeout_s)  # creates the Prefect database (not counted)
         cases: dict[str, list[dict[str, Any]]] = {"one Ctrl-C": [], "two Ctrl-C": []}
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, sort_keys=True))
         return 0
     print(f"gridshift run stop latency in a terminal (measured, median of {args.repeat}; {os.cpu_count()} CPUs, "
-          f"load average {result['load_average_1m']:.1f})")
+          f"load average {result['load_average_1m']:.1f}; {args.repo.resolve()})")
     print(f"{'case':<12} {'stop s':>7} {'max s':>6} {'exit':>5} {'min energy J':>13} {'min spans':>10} {'restored lines':>15}")
     for name, c in result["cases"].items():
         print(f"{name:<12} {c['stop_s']:>7.2f} {c['stop_s_max']:>6.2f} {','.join(map(str, c['exit_codes'])):>5} "
