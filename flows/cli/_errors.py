@@ -126,8 +126,6 @@ def run_guarded(app: Any, argv: Sequence[str] | None = None) -> int:
             exc.show()
         return EXIT_INPUT
     except Exception as exc:  # a bug: say so in one line; GRIDSHIFT_DEBUG=1 shows the traceback
-        import os
-
         if os.environ.get("GRIDSHIFT_DEBUG"):
             raise
         code = exit_code_for(exc)
