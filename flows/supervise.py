@@ -436,13 +436,34 @@ def _run_window(policy: Policy, modes: _Modes, plan: RunPlan, mode: str, *, resu
                 handle.kill()
             run.tail = handle.tail
         modes.close()
+        work_s = max(tracker.done_s - work_before, 0.0)
+        if measured and not modes.backend.measured:
+            run.spans[spans_before:] = _on_the_models_clock(run.spans[spans_before:], work_s, tracker.figures)
         spans = run.spans[spans_before:]
         run.windows.append(RunWindow(start=window_start, end=now(), ended_by=ended, exit_code=rc,
                                      energy_j=sum(s.energy_j for s in spans), carbon_g=sum(s.carbon_g for s in spans),
-                                     work_s=max(tracker.done_s - work_before, 0.0), work_measured=measured))
+                                     work_s=work_s, work_measured=measured))
     if ended == "exit":
         run.exit_code = rc
     return ended
+
+
+def _on_the_models_clock(spans: list[ModeSpan], work_s: float, figures: Mapping[str, ModeFigures]) -> list[ModeSpan]:
+    """A modelled GPU's spans with their energy over the modelled time of the work the job reported
+    (``work_s`` reference seconds, each mode at its modelled speed), not over wall time.
+
+    A simulated GPU integrates its modelled power over wall time, and wall time grows with the host's
+    load: the same job measured 1094-2373 J on a busy machine. With progress reports the work done
+    is known, so the model alone sets the figure; without them wall time is the only measure of work
+    and the spans stay as metered.
+    """
+    if any(s.mode not in figures for s in spans):
+        return spans  # a mode the planner had no figures for: no modelled speed to put it on
+    paced_s = sum((s.end - s.start).total_seconds() * figures[s.mode].speed for s in spans)
+    if paced_s <= 0 or work_s <= 0:  # nothing reported done yet: no evidence of the work, keep the meter's
+        return spans
+    k = work_s / paced_s  # modelled time / wall time, the same in every span of the window
+    return [replace(s, energy_j=s.energy_j * k, carbon_g=s.carbon_g * k) for s in spans]
 
 
 def _plan_json(plan: RunPlan) -> dict[str, Any]:

@@ -312,8 +312,10 @@ def carbon_aware_training(
         if control.warning:
             logger.warning(control.warning)
             warnings.append(control.warning)
-        if not backend.measured:
-            logger.warning("backend %r is simulated: energy and carbon figures are modelled, not measured", backend.name)
+        if not backend.measured:  # in the report too: --json readers see no stderr
+            note = f"backend {backend.name!r} is simulated: energy and carbon figures are modelled, not measured"
+            logger.warning(note)
+            warnings.append(note)
         figures = policy_figures(policy, backend=backend, profile=power_profile, policy_path=policy_path)
         started = run.windows[0].start if run.windows else _utcnow()
         # under a deployment a long pause is a Scheduled flow run, not a worker sleeping through it

@@ -29,7 +29,7 @@ import numpy as np
 from carbon.sqlite_file import connect_wal
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Proposal, Trial
 from scheduler.errors import LedgerError
-from scheduler.ledger import gridshift_home
+from scheduler.ledger import gridshift_home, private_dir, private_file
 from scheduler.policy import BatchSizeSearch
 
 __all__ = ["BatchSizeHistory", "BSO_SCHEMA_VERSION", "LEARNT_OUTCOMES", "OUTCOMES", "batch_size_config",
@@ -97,8 +97,8 @@ class BatchSizeHistory:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else gridshift_home() / "ledger.sqlite3"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = connect_wal(self.path, isolation_level=None)
+            private_dir(self.path.parent)
+            self._db = connect_wal(private_file(self.path), isolation_level=None)  # the ledger's file: 0600
             self._migrate()
         except sqlite3.Error as exc:
             raise LedgerError(f"{self.path}: cannot open the batch-size history: {exc}") from None

@@ -75,7 +75,10 @@ def main() -> None:
         import os
 
         logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # the terminal is gone (closed, SIGHUP): the exit code still says how the run ended
+                pass
         os._exit(rc)
     sys.exit(rc)

@@ -11,6 +11,13 @@ import typer
 from flows.cli import app
 from flows.cli._errors import EXIT_FAILED, EXIT_INPUT, fail
 
+#: where the traces come from: they are not shipped with gridshift (a checkout beside the shared
+#: data folder has them at ../shared/data/zeus/trace)
+ZEUS_TRACES_HINT = ("The Zeus NSDI'23 traces are not shipped with gridshift: copy summary_train.csv and "
+                    "summary_power_<gpu>.csv from github.com/ml-energy/zeus, tag zeus-v0.16.0, folder "
+                    "examples/research_reproducibility/zeus_nsdi23/trace/ (Apache-2.0), or try the synthetic "
+                    "self-check: --traces tests/data/zeus")
+
 bench_app = typer.Typer(help="Trace-driven benchmarks that print ratios against baselines.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
@@ -51,12 +58,19 @@ def zeus_trace(
         raise fail("--beta must be > 1", EXIT_INPUT)
     seed_list = parse_seeds(seeds)
     if traces is not None:
+        if not (traces / "summary_train.csv").is_file() and train is None:
+            raise fail(f"--traces {traces}: no summary_train.csv there{'' if traces.is_dir() else ' (no such folder)'}. "
+                       f"{ZEUS_TRACES_HINT}", EXIT_INPUT)
         train = train or traces / "summary_train.csv"
         power = power or sorted(traces.glob("summary_power_*.csv"))
         if reference is None and (traces.parent / "zeus_reference.json").is_file():
             reference = traces.parent / "zeus_reference.json"
-    if (train is None or not power) and not synthetic:
-        raise fail("give --traces DIR, or --train and --power, or --synthetic", EXIT_INPUT)
+    if not synthetic:
+        if train is None:
+            raise fail(f"give --traces DIR, or --train and --power, or --synthetic. {ZEUS_TRACES_HINT}", EXIT_INPUT)
+        if not power:
+            raise fail(f"no summary_power_<gpu>.csv {'in ' + str(traces) if traces else 'given (--power)'}. "
+                       f"{ZEUS_TRACES_HINT}", EXIT_INPUT)
     try:
         ref = load_reference(reference, eta=eta, beta=beta, recurrences=recurrences, seeds=seed_list) if reference else {}
         pairs = []

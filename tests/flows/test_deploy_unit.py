@@ -86,3 +86,19 @@ def test_deploy_bad_policy_is_exit_2(tmp_path):
     bad.write_text("carbon: {provider: trace}\n")
     out = CliRunner().invoke(app, ["deploy", str(bad)])
     assert out.exit_code == 2
+
+
+@pytest.mark.parametrize("fired, expected", [
+    ("2026-12-02T21:00:00", "2026-12-03T01:00:00"),  # the cron's planning run, at the earliest start
+    ("2026-12-02T16:30:00", "2026-12-03T01:00:00"),  # started by hand (-p plan=true): the next occurrence,
+    ("2026-12-02T23:10:00", "2026-12-03T01:00:00"),  # not now + 4 h (20:30 and 03:10 would be no occurrence)
+    ("2026-12-03T01:00:00", "2026-12-03T01:00:00"),  # a cron that planning_cron left unchanged fires at it
+])
+def test_a_planning_run_plans_the_crons_occurrence(fired: str, expected: str) -> None:
+    from datetime import datetime, timezone
+
+    from flows.nightly import _occurrence
+
+    assert planning_cron("0 1 * * *", -4 * 3600) == "0 21 * * *"
+    at = datetime.fromisoformat(fired).replace(tzinfo=timezone.utc)
+    assert _occurrence("0 1 * * *", at, -4 * 3600).isoformat() == expected + "+00:00"
