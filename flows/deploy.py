@@ -151,8 +151,8 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     source = Path(source_dir).resolve()
     check_source(str(source))
     params = _parameters_for(Path(policy_path), source)
-    schedule = planning_schedule(policy)
-    cron = schedule.cron
+    planning = planning_schedule(policy)
+    cron = planning.cron
     dep_name = name or policy.job.name
     flow = nightly_retrain.from_source(source=str(source), entrypoint=FLOW_ENTRYPOINT)
     targets: list[tuple[str, str, str | None, dict[str, Any], bool]] = [(dep_name, work_pool, None, params, schedule)]
@@ -167,7 +167,7 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
         _ensure_process_pool(pool)
         ids[target] = flow.deploy(
             name=target, work_pool_name=pool, work_queue_name=queue, parameters=parameters,
-            schedules=[schedule] if scheduled else None,
+            schedules=[planning] if scheduled else None,
             build=False, push=False, print_next_steps=False, tags=["gridshift", "nightly", "gridshift-deploy"],
             # one GPU box: one run at a time; with sites, each node's GPU slots count instead
             concurrency_limit=None if policy.sites else 1,

@@ -47,7 +47,7 @@ def zeus_trace(
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds: N, N-M or a comma list.")] = "0-4",
     eta: Annotated[float, typer.Option("--eta", min=0.0, max=1.0, help="Weight of energy in the cost.")] = 0.5,
     beta: Annotated[float, typer.Option("--beta", help="Early stopping at beta x the cheapest recurrence (> 1).")] = 2.0,
-    synthetic: Annotated[bool, typer.Option("--synthetic", help="Also run the synthetic cost-curve shapes (optimum at an edge, a valley past worse sizes, flat, noisy, a cliff; plans/zeus_trace/synthetic.py), against the Zeus replica.")] = False,
+    synthetic: Annotated[bool, typer.Option("--synthetic", help="Also run synthetic cost-curve shapes (an optimum at an edge, a valley past worse sizes, flat, noisy, a cliff) against the Zeus replica.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Mean cumulative cost of never exploring, Zeus, gridshift and the oracle, on every workload x GPU."""

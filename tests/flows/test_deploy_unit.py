@@ -97,8 +97,11 @@ def test_deploy_bad_policy_is_exit_2(tmp_path):
 def test_a_planning_run_plans_the_crons_occurrence(fired: str, expected: str) -> None:
     from datetime import datetime, timezone
 
-    from flows.nightly import _occurrence
+    from scheduler.planning import occurrence_for
+    from scheduler.policy import JobSpec
 
     assert planning_cron("0 1 * * *", -4 * 3600) == "0 21 * * *"
+    job = JobSpec(name="j", command=["true"], cron="0 1 * * *", earliest_start_s=-4 * 3600, deadline_s=8 * 3600,
+                  expected_duration_s=3600)
     at = datetime.fromisoformat(fired).replace(tzinfo=timezone.utc)
-    assert _occurrence("0 1 * * *", at, -4 * 3600).isoformat() == expected + "+00:00"
+    assert occurrence_for(job, at).isoformat() == expected + "+00:00"
