@@ -5,22 +5,39 @@
 allowed start, so the planning run can choose any start in the window and defer through Prefect's
 own scheduling (see :mod:`flows.nightly`). Needs a Prefect server (``PREFECT_API_URL``): schedules do
 not run on the ephemeral one.
+
+A policy with sites also gets what keeps the fleet honest under load and through crashes: the GPU
+and placing global concurrency limits, flow run heartbeats on the site deployments (every
+:data:`HEARTBEAT_S`), the automation that marks a run Crashed when they stop for
+:data:`CRASH_AFTER_S` (Prefect's own zombie-run recipe; the server runs it), and a recording
+deployment that the automation runs for every crashed site run, which writes the ledger row and
+the run artifact the dead node never wrote (:func:`flows.fleet_runs.record_crashed_run`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 from uuid import UUID
 
-__all__ = ["DeployedPolicy", "check_source", "deploy_policy", "planning_cron", "site_deployment_name",
-           "trigger_deployment", "REPO_ROOT"]
+__all__ = ["CRASH_AFTER_S", "DeployedPolicy", "HEARTBEAT_S", "HEARTBEAT_TAG", "MARK_CRASHED", "check_source",
+           "deploy_policy", "planning_cron", "site_deployment_name", "trigger_deployment", "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FLOW_ENTRYPOINT = "flows/nightly.py:nightly_retrain"
+RECORD_ENTRYPOINT = "flows/fleet_runs.py:record_crashed_run"
+
+#: seconds between a site run's heartbeats (Prefect's shortest)
+HEARTBEAT_S = 30
+#: a site run whose heartbeats stopped this long ago is marked Crashed (three missed beats)
+CRASH_AFTER_S = 90
+#: site deployments and placed runs carry it; the mark-crashed automation watches only runs with it
+HEARTBEAT_TAG = "gridshift-heartbeat"
+#: the one automation (server-wide) that marks heartbeat-less gridshift runs Crashed
+MARK_CRASHED = "gridshift: mark site runs crashed when their heartbeats stop"
 
 
 @dataclass(frozen=True)
@@ -30,6 +47,7 @@ class DeployedPolicy:
     cron: str
     work_pool: str
     sites: dict[str, str] = field(default_factory=dict)  # site name -> its "flow/deployment"
+    recorder: str | None = None  # "flow/deployment" that records crashed site runs (policies with sites)
 
 
 def planning_cron(cron: str, earliest_start_s: float) -> str:
@@ -118,13 +136,16 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     ``schedule=False`` leaves the cron off, for when ``gridshift serve`` triggers the runs instead.
     The cron creates *planning* runs (``plan: true``); a run started by hand trains at once. A policy
     with sites also gets one deployment per site, ``<name>-<site>`` on the site's pool (and queue),
-    and each site's GPU global concurrency limit. ``notify`` hears one line per deployment replaced
-    and per limit created or resized.
+    each site's GPU and placing global concurrency limits, and crash recovery (see the module
+    docstring): ``<name>-record-crashed`` on ``work_pool`` and the two automations. ``notify`` hears
+    one line per deployment replaced, per limit created or resized and per automation created.
     """
     from prefect.schedules import Cron
 
-    from flows.gpus import ensure_gpu_limits
+    from flows.fleet_runs import record_crashed_run
+    from flows.gpus import ensure_limits, gpu_limit_name
     from flows.nightly import nightly_retrain
+    from flows.placing import placing_limit_name
     from scheduler.errors import PolicyError
     from scheduler.policy_io import load_policy
 
@@ -147,25 +168,93 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
         if replaced is not None:
             notify(f"replacing deployment {replaced}")
         _ensure_process_pool(pool)
+        at_site = "site" in parameters
         ids[target] = flow.deploy(
             name=target, work_pool_name=pool, work_queue_name=queue, parameters=parameters,
             schedules=[Cron(cron, timezone="UTC", parameters={"plan": True})] if scheduled else None,
-            build=False, push=False, print_next_steps=False, tags=["gridshift", "nightly", "gridshift-deploy"],
+            build=False, push=False, print_next_steps=False,
+            tags=["gridshift", "nightly", "gridshift-deploy", *([HEARTBEAT_TAG] if at_site else [])],
+            # a site run beats every HEARTBEAT_S, so a dead node's run is found (MARK_CRASHED)
+            job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}} if at_site else None,
             # one GPU box: one run at a time; with sites, each node's GPU slots count instead
             concurrency_limit=None if policy.sites else 1,
             description=f"gridshift nightly retraining of {policy.job.name}"
                         + (f" at site {parameters['site']}: runs here train at once, holding {policy.job.gpus} GPU slot(s)"
-                           if "site" in parameters else
+                           if at_site else
                            f": planning run at the earliest start ({cron} UTC), deferred start scheduled through "
                            "Prefect; a run started by hand trains now"),
             ignore_warnings=True,
         )
-    for line in ensure_gpu_limits({s.name: s.gpus_per_node for s in policy.sites}):
-        notify(line)
+    recorder: str | None = None
+    if policy.sites:
+        limits = {gpu_limit_name(s.name): s.gpus_per_node for s in policy.sites}
+        for line in ensure_limits(limits) + ensure_limits({placing_limit_name(s.name): 1 for s in policy.sites},
+                                                          "placement at a time"):
+            notify(line)
+        record_name = f"{dep_name}-record-crashed"
+        recorder_id = record_crashed_run.from_source(source=str(source), entrypoint=RECORD_ENTRYPOINT).deploy(
+            name=record_name, work_pool_name=work_pool, build=False, push=False, print_next_steps=False,
+            parameters={"job": policy.job.name, "policy_path": params["policy_path"]},
+            tags=["gridshift", "gridshift-deploy"], ignore_warnings=True,
+            description=f"records a crashed site run of {policy.job.name} (ledger row and run artifact); "
+                        "run by an automation when a site run is marked Crashed")
+        recorder = f"{record_crashed_run.name}/{record_name}"
+        site_ids = [ids[site_deployment_name(dep_name, s.name)] for s in policy.sites]
+        for line in _ensure_crash_automations(site_ids, recorder_id, f"{recorder} records crashed runs of {dep_name}"):
+            notify(line)
     return DeployedPolicy(deployment_id=ids[dep_name], name=f"{nightly_retrain.name}/{dep_name}",
                           cron=cron if schedule else "", work_pool=work_pool,
                           sites={s.name: f"{nightly_retrain.name}/{site_deployment_name(dep_name, s.name)}"
-                                 for s in policy.sites})
+                                 for s in policy.sites}, recorder=recorder)
+
+
+def _ensure_crash_automations(site_deployments: list[UUID], recorder: UUID, record_name: str) -> list[str]:
+    """Prefect's zombie-run automation for heartbeat-tagged runs, and one that runs ``recorder`` per crashed site run.
+
+    Both are replaced when they exist (by name), so a redeploy picks up new deployment ids.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState, RunDeployment
+    from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    ended = {f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")}
+    mark = AutomationCore(
+        name=MARK_CRASHED,
+        description=f"a flow run tagged {HEARTBEAT_TAG} that sent no heartbeat for {CRASH_AFTER_S} s lost its "
+                    "worker or node: it is marked Crashed (made by gridshift deploy)",
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"}, expect={"prefect.flow-run.heartbeat", *ended},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            match_related=ResourceSpecification({"prefect.resource.role": "tag",
+                                                 "prefect.resource.id": f"prefect.tag.{HEARTBEAT_TAG}"}),
+            for_each={"prefect.resource.id"}, posture=Posture.Proactive, threshold=1,
+            within=timedelta(seconds=CRASH_AFTER_S)),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED, name="Crashed",
+                                    message=f"no heartbeat for {CRASH_AFTER_S} s: its worker or node died")])
+    record = AutomationCore(
+        name=f"gridshift: {record_name}",
+        description="writes the ledger row and run artifact of a crashed site run (made by gridshift deploy)",
+        trigger=EventTrigger(
+            expect={"prefect.flow-run.Crashed"},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            match_related=ResourceSpecification({"prefect.resource.role": "deployment",
+                                                 "prefect.resource.id": [f"prefect.deployment.{d}"
+                                                                         for d in site_deployments]}),
+            posture=Posture.Reactive, threshold=1),
+        actions=[RunDeployment(source="selected", deployment_id=recorder,
+                               parameters={"flow_run_id": "{{ flow_run.id }}"})])
+    lines: list[str] = []
+    with get_client(sync_client=True) as client:
+        for automation in (mark, record):
+            existing = client.read_automations_by_name(automation.name)
+            for old in existing:
+                client.delete_automation(old.id)
+            client.create_automation(automation)
+            if not existing:
+                lines.append(f"created automation '{automation.name}'")
+    return lines
 
 
 def site_deployment_name(deployment: str, site: str) -> str:
