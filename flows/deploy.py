@@ -24,7 +24,8 @@ from typing import Any, Callable
 from uuid import UUID
 
 __all__ = ["CRASH_AFTER_S", "DeployedPolicy", "HEARTBEAT_S", "HEARTBEAT_TAG", "MARK_CRASHED", "check_source",
-           "deploy_policy", "planning_cron", "site_deployment_name", "trigger_deployment", "REPO_ROOT"]
+           "deploy_policy", "planning_cron", "site_deployment_name", "source_problem", "trigger_deployment",
+           "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FLOW_ENTRYPOINT = "flows/nightly.py:nightly_retrain"
@@ -98,24 +99,44 @@ def _existing_deployment(full_name: str) -> str | None:
             f"pool {dep.work_pool_name})")
 
 
-def check_source(directory: str | None = None, policy_path: str | None = None) -> dict[str, str]:
-    """The checkout the workers run flows from, resolved and checked when deploying (a Prefect build step).
+def source_problem(directory: str | None, policy_path: str | None, cwd: Path) -> tuple[Path, str | None]:
+    """The checkout the workers run flows from, and what is wrong with it (None: nothing).
 
-    prefect.yaml calls this as a build step, so ``prefect deploy`` fails with one line when the
-    directory is wrong, instead of every run failing later on the worker. ``directory`` defaults to
-    ``$GRIDSHIFT_REPO``, else the directory ``prefect deploy`` runs in; it must hold
-    ``flows/nightly.py`` (and ``policy_path``, relative to it, when given). Returns ``{"directory": abs}``.
+    ``directory`` defaults to ``$GRIDSHIFT_REPO``, else ``cwd``; it must hold ``flows/nightly.py``
+    (and ``policy_path``, relative to it, when given).
     """
-    from scheduler.errors import PolicyError
-
     given = directory or os.environ.get("GRIDSHIFT_REPO") or ""
-    root = Path(given or os.getcwd()).expanduser().resolve()
+    root = Path(given or cwd).expanduser().resolve()
     origin = "GRIDSHIFT_REPO" if given else "the current directory (GRIDSHIFT_REPO is not set)"
-    if not (root / FLOW_ENTRYPOINT.split(":")[0]).is_file():
-        raise PolicyError(f"{root}: {origin} is not a gridshift checkout (no {FLOW_ENTRYPOINT.split(':')[0]}); "
-                          "set GRIDSHIFT_REPO to the directory the workers run flows from")
+    entry = FLOW_ENTRYPOINT.split(":")[0]
+    if not (root / entry).is_file():
+        return root, (f"{root}: {origin} is not a gridshift checkout (no {entry}); "
+                      "set GRIDSHIFT_REPO to the directory the workers run flows from")
     if policy_path and not (root / policy_path).is_file():
-        raise PolicyError(f"{root / policy_path}: the deployment's policy_path does not exist in {origin}")
+        return root, f"{root / policy_path}: the deployment's policy_path does not exist in {origin}"
+    return root, None
+
+
+def check_source(directory: str | None = None, policy_path: str | None = None,
+                 deployment: str | None = None) -> dict[str, str]:
+    """prefect.yaml's build step: resolve and check the checkout when deploying, not on the worker.
+
+    ``prefect deploy`` stops with one line on stderr and exit status 3 (gridshift's "environment"
+    status) when the directory is wrong, instead of every run failing later on the worker, and
+    instead of a traceback. ``deployment`` ("flow/name"): say on stderr when ``prefect deploy`` is
+    about to replace one, and who made it (``gridshift deploy`` tags its own). Returns
+    ``{"directory": abs}`` for the pull step.
+    """
+    import sys
+
+    root, problem = source_problem(directory, policy_path, Path.cwd())
+    if problem is not None:
+        print(f"prefect deploy: {problem}", file=sys.stderr)
+        raise SystemExit(3)  # SystemExit, not an error: Prefect wraps errors from a step in a traceback
+    replaced = _existing_deployment(deployment) if deployment else None
+    if replaced is not None:
+        print(f"prefect deploy: replacing deployment {replaced}; prefect.yaml wins until the next "
+              "`gridshift deploy`", file=sys.stderr)
     return {"directory": str(root)}
 
 
@@ -152,8 +173,9 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     policy = load_policy(policy_path)
     if policy.job.cron is None:
         raise PolicyError(f"{policy_path}: job.cron: a deployment needs a recurring job (e.g. '0 1 * * *')")
-    source = Path(source_dir).resolve()
-    check_source(str(source))
+    source, problem = source_problem(str(source_dir), None, Path.cwd())
+    if problem is not None:
+        raise PolicyError(problem)
     params = _parameters_for(Path(policy_path), source)
     cron = planning_cron(policy.job.cron, policy.job.earliest_start_s)
     dep_name = name or policy.job.name
