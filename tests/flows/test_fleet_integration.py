@@ -72,14 +72,16 @@ sites:
 """)
 
 
-def _workers(env: dict[str, str], tmp_path: Path) -> list[subprocess.Popen[bytes]]:
+def _workers(env: dict[str, str], tmp_path: Path, sites: tuple[str, ...] = SITES,
+             prefetch_s: int = PREFETCH_S) -> list[subprocess.Popen[bytes]]:
+    """One process worker per site on pool-<site>, each with a fake NVML of 2 GPUs, in its own session."""
     procs = []
-    for site in SITES:
+    for site in sites:
         state = tmp_path / f"nvml-{site}.json"
         write_state(state, default_state(gpus=2))
         wenv = {**env, "GRIDSHIFT_NVML_MODULE": "tests.fakes.fake_nvml", "GRIDSHIFT_FAKE_NVML_STATE": str(state),
                 "PYTHONPATH": str(REPO), "PREFECT_WORKER_QUERY_SECONDS": "1",
-                "PREFECT_WORKER_PREFETCH_SECONDS": str(PREFETCH_S)}
+                "PREFECT_WORKER_PREFETCH_SECONDS": str(prefetch_s)}
         log = open(tmp_path / f"worker-{site}.log", "wb")
         procs.append(subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", f"pool-{site}",
                                        "--type", "process"], env=wenv, cwd=REPO, stdout=log,
@@ -180,3 +182,240 @@ def test_three_nodes_eight_runs(prefect_server, tmp_path, monkeypatch):
             assert sum(len(o[3]) for o in active) <= 2
             devices = [d for o in active for d in o[3]]
             assert len(devices) == len(set(devices))
+
+
+# --- issue 19: a fleet under load, on two sites of 2 GPUs, each a process worker on its own pool ---------------------
+
+LOAD_SITES = ("ld1", "ld2")
+#: the job of the loaded runs, and how long their GPUs stay booked past it (the flow's report and the next boot)
+LOAD_JOB_S, LOAD_CHANGEOVER_S = 15, 20
+#: the run that is RUNNING while the three kinds of placement happen
+ANCHOR_JOB_S = 120
+TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+
+
+def _rising_trace(path: Path, level: float) -> None:
+    """``level`` g/kWh now, a little dirtier every 10 s: the planner starts as early as it can."""
+    t0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=5)
+    rows = [f"{t0 + timedelta(seconds=10 * i):%Y-%m-%dT%H:%M:%S}+00:00,{level + 0.05 * i:.2f}" for i in range(1200)]
+    path.write_text("timestamp,g_per_kwh\n" + "\n".join(rows) + "\n")
+
+
+def _site_policy(path: Path, name: str, job_s: int, sites: tuple[str, ...], traces: dict[str, Path],
+                 changeover_s: int) -> None:
+    entries = "\n".join(f"""  - name: {s}
+    work_pool: pool-{s}
+    gpus_per_node: 2
+    changeover_s: {changeover_s}
+    carbon: {{provider: trace, zone: {s}, options: {{path: "{traces[s]}", replay: aligned}}}}""" for s in sites)
+    path.write_text(f"""
+carbon: {{provider: trace, options: {{path: "{traces[sites[0]]}", replay: aligned}}}}
+modes:
+  speed: {{power_limit_fraction: 1.0}}
+  efficiency: {{power_limit_fraction: 0.7, max_slowdown: 0.3}}
+rules: {{kind: plan, slot_s: 10, min_dwell_s: 0, deadline_margin_s: 0, min_gain: 0, interval_s: 60}}
+job:
+  name: {name}
+  command: [{sys.executable}, -c, "import time; time.sleep({job_s})"]
+  expected_duration_s: {job_s}
+  cron: "0 3 * * *"
+  deadline_s: 3600
+  gpus: 1
+backend: {{name: nvidia, options: {{control: false}}}}
+sites:
+{entries}
+""")
+
+
+def _flow_runs(api: str, deployment_names: list[str]) -> list[dict]:
+    query = {"deployments": {"name": {"any_": deployment_names}}, "limit": 200}
+    return httpx.post(f"{api}/flow_runs/filter", json=query, timeout=30).json()
+
+
+def _until(what: str, check, timeout_s: float):
+    """Poll ``check`` (the server's state, not the code's timing) until it returns a truthy value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+
+
+@pytest.mark.timeout(900)
+def test_placement_while_runs_run_and_ten_concurrent_submits(prefect_server, tmp_path, monkeypatch):
+    env = prefect_server.env_for(tmp_path)
+    api = prefect_server.url
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.deploy import deploy_policy
+
+    monkeypatch.setenv("GRIDSHIFT_HOME", env["GRIDSHIFT_HOME"])
+    traces = {s: tmp_path / f"{s}.csv" for s in LOAD_SITES}
+    _rising_trace(traces["ld1"], 100.0)  # ld1 is the cleaner site: with both free, runs go there first
+    _rising_trace(traces["ld2"], 200.0)
+    load, anchor = tmp_path / "load.yaml", tmp_path / "anchor.yaml"
+    _site_policy(load, "load19", LOAD_JOB_S, LOAD_SITES, traces, LOAD_CHANGEOVER_S)
+    _site_policy(anchor, "anchor19", ANCHOR_JOB_S, LOAD_SITES, traces, LOAD_CHANGEOVER_S)
+    workers = _workers(env, tmp_path, LOAD_SITES, prefetch_s=60)
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            # the main deployments run on ld1's pool: its worker also runs the "Run" and planning runs
+            for path in (load, anchor):
+                deploy_policy(path, work_pool="pool-ld1", schedule=False)
+        site_deps = [f"{job}-{s}" for job in ("load19", "anchor19") for s in LOAD_SITES]
+
+        def submit(policy: Path, *extra: str) -> dict:
+            out = run_cli([str(BIN / "gridshift"), "submit", str(policy), "--json", *extra], env, timeout=300)
+            assert out.returncode == 0, out.stderr
+            return json.loads(out.stdout)
+
+        # acceptance 1: with a placed run RUNNING, submit, "Run" and the planning run each place a new run
+        held = submit(anchor, "--now")
+        _until("the anchor run is RUNNING", lambda: [r for r in _flow_runs(api, site_deps)
+                                                     if r["id"] == held["flow_run_id"] and r["state_type"] == "RUNNING"],
+                                                     300)
+        submitted = submit(load)
+        main_runs = []
+        for extra in ([], ["-p", "plan=true"]):
+            out = run_cli([str(BIN / "prefect"), "deployment", "run", "gridshift-nightly/load19", *extra], env)
+            assert out.returncode == 0, out.stdout + out.stderr
+        main_runs = _until("the Run and the planning run finished",
+                           lambda: (lambda rs: rs if len(rs) == 2 and all(r["state_type"] in TERMINAL for r in rs)
+                                    else None)(_flow_runs(api, ["load19"])), 420)
+        assert all(r["state_type"] == "COMPLETED" for r in main_runs), [(r["state_name"], r["state"]) for r in main_runs]
+        placed = [r for r in _flow_runs(api, [f"load19-{s}" for s in LOAD_SITES])]
+        assert len(placed) == 3 and submitted["flow_run_id"] in {r["id"] for r in placed}
+        anchor_run = next(r for r in _flow_runs(api, site_deps) if r["id"] == held["flow_run_id"])
+        anchor_end = _utc(anchor_run["end_time"]) if anchor_run["end_time"] else datetime.now(timezone.utc)
+        for run in placed:  # each was placed while the anchor ran
+            assert _utc(anchor_run["start_time"]) < _utc(run["created"]) < anchor_end, (run["created"], anchor_run)
+
+        # acceptance 2: ten submits at once onto two sites of 2 GPUs each
+        phase1 = {r["id"] for r in _flow_runs(api, site_deps)}
+        procs = [subprocess.Popen([str(BIN / "gridshift"), "submit", str(load), "--now", "--json"], env=env, cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(10)]
+        outs = [p.communicate(timeout=400) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+        ten = {json.loads(o)["flow_run_id"] for o, _ in outs}
+        assert len(ten) == 10
+        every = _until("all runs finished", lambda: (lambda rs: rs if all(r["state_type"] in TERMINAL for r in rs)
+                                                     else None)(_flow_runs(api, site_deps)), 600)
+    finally:
+        _stop(workers)
+    assert {r["id"] for r in every} - phase1 == ten  # one flow run per submitted job, none re-created to wait
+    assert all(r["state_type"] == "COMPLETED" for r in every), [(r["name"], r["state_name"]) for r in every]
+
+    out = run_cli([str(BIN / "gridshift"), "runs", "--from", "prefect", "--json", "--limit", "200"], env)
+    assert out.returncode == 0, out.stderr
+    reports = [r for r in json.loads(out.stdout) if r["job"] in ("load19", "anchor19")]
+    assert len(reports) == len(every)
+    runs = []
+    for report in reports:
+        extra = report["extra"]
+        plan = extra["placement"]
+        runs.append({"site": extra["site"], "held": _utc(extra["gpus_acquired_at"]), "ended": _utc(report["ended_at"]),
+                     "placed_at": _utc(plan["placed_at"]), "start": _utc(plan["start"]), "finish": _utc(plan["finish"]),
+                     "load": report["job"] == "load19"})
+    for site in LOAD_SITES:  # never more runs holding GPUs on a site than it has
+        mine = [r for r in runs if r["site"] == site]
+        for r in mine:
+            assert sum(1 for o in mine if o["held"] <= r["held"] < o["ended"]) <= 2
+    changeover = timedelta(seconds=LOAD_CHANGEOVER_S)
+    for r in runs:  # a run placed to wait found every GPU of both sites booked when it was placed
+        if r["start"] - r["placed_at"] > timedelta(seconds=2):
+            for site in LOAD_SITES:
+                booked = [o for o in runs if o is not r and o["site"] == site and o["placed_at"] < r["placed_at"]
+                          and min(o["start"], o["held"]) <= r["placed_at"] < max(o["finish"] + changeover, o["ended"])]
+                assert len(booked) >= 2, (site, r, booked)
+    for site in LOAD_SITES:  # the waiting runs start in the order they arrived (were placed)
+        mine = sorted((r for r in runs if r["site"] == site and r["load"]), key=lambda r: r["placed_at"])
+        assert [r["held"] for r in mine] == sorted(r["held"] for r in mine)
+
+
+CRASH_SITES = ("kc1", "kc2")
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (read from /proc), parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo += children.get(current, [])
+    return tree
+
+
+def _slots_in_use(api: str, limit: str) -> int:
+    return int(httpx.get(f"{api}/v2/concurrency_limits/{limit}", timeout=30).json()["active_slots"])
+
+
+@pytest.mark.timeout(900)
+def test_a_node_killed_while_its_run_trains_is_recovered(prefect_server, tmp_path, monkeypatch):
+    env = prefect_server.env_for(tmp_path)
+    api = prefect_server.url
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.deploy import CRASH_AFTER_S, deploy_policy
+    from flows.gpus import gpu_limit_name
+
+    monkeypatch.setenv("GRIDSHIFT_HOME", env["GRIDSHIFT_HOME"])
+    traces = {s: tmp_path / f"{s}.csv" for s in CRASH_SITES}
+    _rising_trace(traces["kc1"], 300.0)
+    _rising_trace(traces["kc2"], 100.0)  # the run goes to kc2, whose node dies
+    policy = tmp_path / "crash.yaml"
+    _site_policy(policy, "crash19", 900, CRASH_SITES, traces, 20)
+    workers = _workers(env, tmp_path, CRASH_SITES, prefetch_s=0)
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            dep = deploy_policy(policy, work_pool="pool-kc1", schedule=False)  # kc1 runs the crash recorder
+        out = run_cli([str(BIN / "gridshift"), "submit", str(policy), "--now", "--json"], env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        placed = json.loads(out.stdout)
+        assert placed["site"] == "kc2"
+        limit = gpu_limit_name("kc2")
+        run_url = f"{api}/flow_runs/{placed['flow_run_id']}"
+        _until("the run trains on kc2, holding its GPU slot",
+               lambda: httpx.get(run_url, timeout=30).json()["state_type"] == "RUNNING" and _slots_in_use(api, limit) == 1,
+               300)
+        node = workers[1]
+        for pid in _process_tree(node.pid):  # the node dies: its worker, the flow run's process and the job
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                continue
+        killed = time.monotonic()
+        node.wait()
+        crashed = _until("the run is marked Crashed",
+                         lambda: (lambda r: r if r["state_type"] == "CRASHED" else None)(httpx.get(run_url, timeout=30).json()),
+                         300)
+        crashed_after = time.monotonic() - killed
+        assert f"no heartbeat for {CRASH_AFTER_S} s" in crashed["state"]["message"]
+        _until("its GPU slot is free", lambda: _slots_in_use(api, limit) == 0, 300 - crashed_after)
+        freed_after = time.monotonic() - killed
+
+        def ledger_row() -> dict | None:
+            listed = run_cli([str(BIN / "gridshift"), "runs", "--job", "crash19", "--json"], env)
+            assert listed.returncode == 0, listed.stderr
+            rows = [r for r in json.loads(listed.stdout) if r["extra"]["flow_run_id"] == placed["flow_run_id"]]
+            return rows[0] if rows else None
+
+        row = _until("the ledger has the crashed run", ledger_row, 300 - freed_after)
+        recorded_after = time.monotonic() - killed
+    finally:
+        _stop(workers)
+    assert crashed_after < 300 and freed_after < 300 and recorded_after < 300, (crashed_after, freed_after, recorded_after)
+    assert row["status"] == "crashed" and row["extra"]["site"] == "kc2" and "worker or node died" in row["error"]
+    fleet = run_cli([str(BIN / "gridshift"), "runs", "--from", "prefect", "--job", "crash19"], env)
+    assert fleet.returncode == 0 and "crashed" in fleet.stdout and "kc2" in fleet.stdout, fleet.stdout + fleet.stderr
+    print(f"crashed after {crashed_after:.0f} s, slot free after {freed_after:.0f} s, "
+          f"ledger row after {recorded_after:.0f} s (recorder {dep.recorder})")
