@@ -225,8 +225,13 @@ def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], mod
         runner_up = min(others, key=rank)
         assert runner_up.plan is not None
         saved = runner_up.plan.carbon_g - best.plan.carbon_g
-        reasons[0] += (f": {saved:.1f} g CO2 less than the best plan at {runner_up.site}"
-                       if saved > 0 else f": as clean as {runner_up.site} and cheaper or listed first")
+        sooner_s = (runner_up.plan.start - best.plan.start).total_seconds()
+        if deadline is None and sooner_s > 0:
+            reasons[0] += f": starts {sooner_s:.0f} s sooner than at {runner_up.site}, whose GPUs are taken until then"
+        elif saved > 0:
+            reasons[0] += f": {saved:.1f} g CO2 less than the best plan at {runner_up.site}"
+        else:
+            reasons[0] += f": as clean as {runner_up.site} and cheaper or listed first"
     reasons += [p.reason for p in plans]
     return Placement(site=best.site, plan=best.plan, sites=tuple(plans), reasons=tuple(reasons))
 

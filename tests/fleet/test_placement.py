@@ -202,5 +202,6 @@ def test_a_run_meant_to_start_now_goes_where_a_gpu_is_free_now() -> None:
     now_run = place_run(policy, {"clean": clean, "dirty": dirty}, MODES, now=NOW, not_before=NOW, deadline=None,
                         bookings=full)
     assert now_run.site == "dirty" and now_run.plan.start == NOW
+    assert "starts 7200 s sooner than at clean" in now_run.reasons[0]
     planned = _place(policy, {"clean": clean, "dirty": dirty}, bookings=full)  # with a deadline, carbon decides
     assert planned.site == "clean" and planned.plan.start == NOW + timedelta(hours=2)
