@@ -266,7 +266,8 @@ def _ensure_crash_automations(site_deployments: list[UUID], recorder: UUID, reco
                                                                          for d in site_deployments]}),
             posture=Posture.Reactive, threshold=1),
         actions=[RunDeployment(source="selected", deployment_id=recorder,
-                               parameters={"flow_run_id": "{{ flow_run.id }}"})])
+                               # a plain-text template: the v1 shorthand renders through tojson, which a UUID fails
+                               parameters={"flow_run_id": {"__prefect_kind": "jinja", "template": "{{ flow_run.id }}"}})])
     lines: list[str] = []
     with get_client(sync_client=True) as client:
         for automation in (mark, record):

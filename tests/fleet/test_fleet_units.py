@@ -99,3 +99,28 @@ def test_a_run_artifact_carries_its_report(tmp_path: Path) -> None:
     assert "**Site** de" in markdown
     assert report_from_markdown(markdown) == report
     assert report_from_markdown("# some other artifact") is None
+
+
+def test_a_crashed_run_gets_a_ledger_row_and_an_artifact_saying_so(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from flows.fleet_runs import crashed_report
+    from scheduler.ledger import Ledger
+
+    began = datetime(2026, 3, 1, 21, 0, tzinfo=timezone.utc)
+    placement = {"site": "gb", "start": began.isoformat(), "finish": (began + timedelta(hours=3)).isoformat(), "gpus": 1}
+    report = crashed_report(flow_run_id="6e35", flow_run_name="infallible-crayfish", job="fleet-retrain",
+                            policy="examples/fleet.yaml", parameters={"site": "gb", "placement": placement},
+                            started=began, ended=began + timedelta(minutes=40),
+                            reason="no heartbeat for 90 s: its worker or node died")
+    assert (report["status"], report["run_id"], report["duration_s"]) == ("crashed", "crashed-6e35", 2400.0)
+    assert report["extra"]["site"] == "gb" and report["extra"]["placement"] == placement
+    with Ledger(tmp_path / "ledger.sqlite3") as ledger:
+        ledger.record(report)
+        assert ledger.runs(job="fleet-retrain") == [report]
+    markdown = report_markdown(report)
+    assert "(crashed)" in markdown and "worker or node died" in markdown
+    assert report_from_markdown(markdown) == report
+    never_started = crashed_report(flow_run_id="77", flow_run_name="x", job="j", policy="p", parameters={},
+                                   started=None, ended=began, reason="crashed")
+    assert never_started["duration_s"] == 0.0 and never_started["started_at"] == began.isoformat()

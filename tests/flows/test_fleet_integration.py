@@ -406,7 +406,7 @@ def test_a_node_killed_while_its_run_trains_is_recovered(prefect_server, tmp_pat
         def ledger_row() -> dict | None:
             listed = run_cli([str(BIN / "gridshift"), "runs", "--job", "crash19", "--json"], env)
             assert listed.returncode == 0, listed.stderr
-            rows = [r for r in json.loads(listed.stdout) if r["extra"]["flow_run_id"] == placed["flow_run_id"]]
+            rows = [r for r in json.loads(listed.stdout) if r.get("extra", {}).get("flow_run_id") == placed["flow_run_id"]]
             return rows[0] if rows else None
 
         row = _until("the ledger has the crashed run", ledger_row, 300 - freed_after)
