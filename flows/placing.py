@@ -19,6 +19,7 @@ added after ``.astimezone(timezone.utc)``; every time crossing into gridshift go
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from scheduler.placement import Booking, Placement, place_run
 from scheduler.policy import Policy
 from scheduler.sites import policy_at_site
 
-__all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_bookings", "placing_limit_name",
+__all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_bookings", "on_grid", "placing_limit_name",
            "placing_lock", "plan_placement", "submit_placed_run", "utc"]
 
 #: states of a flow run that holds (or will hold) its node's GPUs
@@ -123,6 +124,22 @@ def placing_lock(site_names: Sequence[str], *, wait_s: float = PLACING_WAIT_S) -
         yield
 
 
+def on_grid(moment: datetime, anchor: datetime, slot_s: float) -> datetime:
+    """The first point of the grid ``anchor + k * slot_s`` (k any integer) at or after ``moment``."""
+    steps = math.ceil((moment - anchor).total_seconds() / slot_s - 1e-9)
+    return anchor + timedelta(seconds=steps * slot_s)
+
+
+def _grid_anchor(policy: Policy, nominal: datetime) -> datetime:
+    """The cron's last occurrence at or before ``nominal`` (``nominal`` itself without a cron, or none in 2 days)."""
+    from scheduler.cron import cron_occurrences
+
+    if policy.job.cron is None:
+        return nominal
+    fired = cron_occurrences(policy.job.cron, nominal - timedelta(days=2), nominal + timedelta(seconds=1))
+    return fired[-1] if fired else nominal
+
+
 def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_now: bool = False,
                    bookings: Sequence[Booking] = (), forecasts: dict[str, IntensitySeries] | None = None) -> Placement:
     """Site and plan for the occurrence nominally at ``nominal`` (``start_now``: the best site to start at once).
@@ -130,17 +147,23 @@ def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_no
     The window is the one :func:`scheduler.planning.plan_start` gives a run without sites; the mode
     figures are :func:`scheduler.planning.policy_figures` without a device (placement happens away
     from the nodes). ``start_now`` (a run started by hand) plans as a job without a deadline does:
-    from now, the modes chosen, no room to shift the start.
+    from now, the modes chosen, no room to shift the start. Otherwise the planner's slots lie on the
+    cron's grid (its occurrences plus ``earliest_start_s``, in steps of ``rules.slot_s``), starting
+    at the first grid point not in the past: a planning run that began a few seconds late still
+    plans starts at 21:00, 21:15, ..., never at 21:00:07.
     """
     from scheduler.planning import policy_figures
 
     job = policy.job
-    not_before = max(now, nominal + timedelta(seconds=job.earliest_start_s))
+    earliest = nominal + timedelta(seconds=job.earliest_start_s)
+    # the planner's slots start at not_before: put it on the cron's grid, not on when planning ran
+    not_before = on_grid(max(now, earliest), _grid_anchor(policy, nominal) + (earliest - nominal), policy.rules.slot_s)
     deadline = nominal + timedelta(seconds=job.deadline_s) if job.deadline_s is not None else None
     if start_now or deadline is None:
         not_before, deadline = now, None
+    # the planner lays its slots from the moment it plans at: that is the grid point, when there is one
     return place_run(policy, forecasts if forecasts is not None else _site_forecasts(policy, now),
-                     policy_figures(policy), now=now, not_before=not_before, deadline=deadline,
+                     policy_figures(policy), now=not_before, not_before=not_before, deadline=deadline,
                      reference_start=None if deadline is None else max(nominal, not_before), bookings=bookings)
 
 

@@ -205,3 +205,22 @@ def test_a_run_meant_to_start_now_goes_where_a_gpu_is_free_now() -> None:
     assert "starts 7200 s sooner than at clean" in now_run.reasons[0]
     planned = _place(policy, {"clean": clean, "dirty": dirty}, bookings=full)  # with a deadline, carbon decides
     assert planned.site == "clean" and planned.plan.start == NOW + timedelta(hours=2)
+
+
+def test_placed_starts_lie_on_the_crons_grid_not_on_when_planning_ran() -> None:
+    from flows.placing import on_grid, plan_placement
+
+    fired = datetime(2026, 3, 1, 21, 0, tzinfo=timezone.utc)  # the cron's planning run fires at the earliest start
+    assert on_grid(fired + timedelta(seconds=7), fired, 900) == fired + timedelta(minutes=15)
+    assert on_grid(fired, fired, 900) == fired
+    assert on_grid(fired - timedelta(minutes=20), fired, 900) == fired - timedelta(minutes=15)
+    spec = _policy(_site("a", changeover_s=0.0)).model_dump()
+    spec["job"].update(cron="0 1 * * *", earliest_start_s=-4 * 3600, deadline_s=4 * 3600)
+    policy = Policy.model_validate(spec)
+    flat = IntensitySeries.of(IntensityPoint(fired + timedelta(hours=i), timedelta(hours=1), 300.0) for i in range(10))
+    nominal = fired + timedelta(hours=4)
+    placed = plan_placement(policy, nominal=nominal, now=fired + timedelta(seconds=7), forecasts={"a": flat})
+    assert placed.plan.start == fired + timedelta(minutes=15)  # the first slot of the grid not in the past
+    late = plan_placement(policy, nominal=fired + timedelta(hours=20), now=fired + timedelta(minutes=3, seconds=2),
+                          forecasts={"a": flat})  # an ad-hoc nominal: still the cron's grid
+    assert (late.plan.start - fired).total_seconds() % 900 == 0
