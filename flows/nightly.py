@@ -5,8 +5,9 @@ Two kinds of run, told apart by the ``plan`` parameter:
 * **a training run** (``plan=False``, the default): what ``prefect deployment run``, the UI's "Run"
   button and every deferred run are. It trains at once: Prefect started it, so its own scheduled
   time has come (a deferred run moved earlier in the UI simply trains earlier, and decides its modes
-  for the moment it really starts). Nothing in it sleeps, so it never holds a worker or a
-  concurrency slot while waiting.
+  for the moment it really starts). Nothing in it sleeps for its start, so it never holds a worker
+  or a concurrency slot while waiting for it (a site run whose GPUs an overrunning run still holds
+  waits for them in Prefect's limit: :mod:`flows.gpus`).
 * **a planning run** (``plan=True``): what the deployment's cron creates (its schedule carries
   ``parameters: {plan: true}``, see :func:`flows.deploy.deploy_policy`). It reads the forecast,
   picks the start with :func:`scheduler.planning.plan_start` and, when the start is later than now,
