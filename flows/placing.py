@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
@@ -117,10 +117,18 @@ def fleet_bookings(site_names: Sequence[str], now: datetime) -> list[Booking]:
 @contextmanager
 def placing_lock(site_names: Sequence[str], *, wait_s: float = PLACING_WAIT_S) -> Iterator[None]:
     """Hold the placing slot of every site in ``site_names`` (one request: all or none, so no deadlock)."""
+    from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
     from prefect.concurrency.sync import concurrency
 
-    with concurrency([placing_limit_name(s) for s in sorted(site_names)], occupy=1, timeout_seconds=wait_s,
-                     lease_duration=_PLACING_LEASE_S, strict=True):
+    names = [placing_limit_name(s) for s in sorted(site_names)]
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(concurrency(names, occupy=1, timeout_seconds=wait_s, lease_duration=_PLACING_LEASE_S,
+                                            strict=True))
+        except TimeoutError:
+            raise RuntimeError(f"{', '.join(names)}: another placement held the sites for {wait_s:.0f} s") from None
+        except ConcurrencySlotAcquisitionError as exc:  # strict: a fleet deployed before the limits existed
+            raise RuntimeError(f"{exc}; run `gridshift deploy` for this policy again to create them") from None
         yield
 
 

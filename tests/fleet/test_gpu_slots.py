@@ -104,3 +104,19 @@ def test_a_run_waits_in_prefect_for_slots_an_overrunning_run_gives_back(prefect_
 def _hold_once(site: str, lock_dir: Path, wait_s: float = 60.0) -> tuple[int, ...]:
     with hold_gpus(site, 1, 1, lock_dir=lock_dir, wait_s=wait_s) as held:
         return held.devices
+
+
+def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_told_to_redeploy(prefect_harness) -> None:
+    from flows.placing import placing_limit_name, placing_lock
+
+    sites = [f"pa-{os.getpid()}", f"pb-{os.getpid()}"]
+    ensure_limits({placing_limit_name(s): 1 for s in sites}, "placement at a time")
+    with placing_lock(sites):
+        with pytest.raises(RuntimeError, match="another placement held the sites for 1 s"):
+            with placing_lock(sites[1:], wait_s=1.0):  # a fleet sharing one of the sites waits its turn
+                pass
+    with placing_lock(list(reversed(sites)), wait_s=5.0):  # given back; the order of the names does not matter
+        pass
+    with pytest.raises(RuntimeError, match="run `gridshift deploy`"):
+        with placing_lock([f"never-deployed-{os.getpid()}"]):
+            pass
