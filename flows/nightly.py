@@ -5,8 +5,9 @@ Two kinds of run, told apart by the ``plan`` parameter:
 * **a training run** (``plan=False``, the default): what ``prefect deployment run``, the UI's "Run"
   button and every deferred run are. It trains at once: Prefect started it, so its own scheduled
   time has come (a deferred run moved earlier in the UI simply trains earlier, and decides its modes
-  for the moment it really starts). Nothing in it sleeps, so it never holds a worker or a
-  concurrency slot while waiting.
+  for the moment it really starts). Nothing in it sleeps for its start, so it never holds a worker
+  or a concurrency slot while waiting for it (a site run whose GPUs an overrunning run still holds
+  waits for them in Prefect's limit: :mod:`flows.gpus`).
 * **a planning run** (``plan=True``): what the deployment's cron creates (its schedule carries
   ``parameters: {plan: true}``, see :func:`flows.deploy.deploy_policy`). It reads the forecast,
   picks the start with :func:`scheduler.planning.plan_start` and, when the start is later than now,
@@ -83,7 +84,8 @@ def nightly_retrain(
     its deadline from now. ``planned_start`` is informational (what the planner chose): a training
     run never waits for it, since Prefect starts the run at its scheduled time. ``site`` (one of the
     policy's sites; set by the per-site deployments): the run holds ``job.gpus`` of that node's GPU
-    slots while it trains and pins those GPUs; when they are busy it waits as a Scheduled flow run.
+    slots while it trains and pins those GPUs; when an overrunning run still holds them it waits for
+    them in Prefect's global concurrency limit (the same flow run, see :mod:`flows.gpus`).
     ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.windows`).
     ``placement`` (informational) is where and when the planner put the run, and why; it goes into the
     report. A policy with sites started without one is placed first: a planning run picks site and
@@ -107,8 +109,8 @@ def nightly_retrain(
     if site is None:
         return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start, ledger_path=ledger_path,
                                         start_now=True, run_id=run_id, resume=resume)
-    return _train_on_site(policy_path, site, nominal_start=nominal_start, ledger_path=ledger_path, workdir=workdir,
-                          planned_start=planned_start, placement=placement, run_id=run_id, resume=resume)
+    return _train_on_site(policy_path, site, nominal_start=nominal_start, ledger_path=ledger_path,
+                          placement=placement, run_id=run_id, resume=resume)
 
 
 def _has_sites(policy_path: str) -> bool:
@@ -142,15 +144,15 @@ def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdi
             "reasons": list(submitted.placement.reasons)}
 
 
-#: how long a run that found its node's GPUs busy waits (as a Scheduled flow run) before trying again
-GPU_RETRY_S = 30.0
+#: how long a run waits in Prefect for GPU slots an overrunning run still holds before it fails: a
+#: placed run's slots are booked, so a wait this long means the node is stuck, not merely late
+GPU_WAIT_S = 3600.0
 
 
 def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, ledger_path: str | None,
-                   workdir: str | None, planned_start: str | None,
                    placement: dict[str, Any] | None, run_id: str | None,
                    resume: dict[str, Any] | None) -> dict[str, Any]:
-    from flows.gpus import GpusBusy, hold_gpus, pin_environment
+    from flows.gpus import hold_gpus, pin_environment
     from flows.training import carbon_aware_training
     from scheduler.ledger import gridshift_home
     from scheduler.policy_io import load_policy
@@ -158,51 +160,15 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
 
     policy = load_policy(policy_path)
     node = site_named(policy, site)
-    try:
-        with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks") as held:
-            get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
-            with pin_environment(held.devices):
-                return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
-                                                ledger_path=ledger_path, start_now=True, site=site,
-                                                report_extra={**held.as_report(),
-                                                              **({"placement": placement} if placement else {})},
-                                                run_id=run_id, resume=resume)
-    except GpusBusy as busy:
-        return _wait_in_prefect(str(busy), {"policy_path": policy_path, "plan": False, "nominal_start": nominal_start,
-                                            "ledger_path": ledger_path, "workdir": workdir,
-                                            "planned_start": planned_start, "site": site,
-                                            "placement": _delayed(placement, GPU_RETRY_S), "run_id": run_id,
-                                            "resume": resume})
-
-
-def _delayed(placement: dict[str, Any] | None, delay_s: float) -> dict[str, Any] | None:
-    """The placement of a run that starts ``delay_s`` later (its GPU booking moves with it)."""
-    if not placement:
-        return placement
-    now = datetime.now(timezone.utc)
-    start, finish = datetime.fromisoformat(placement["start"]), datetime.fromisoformat(placement["finish"])
-    begin = now + timedelta(seconds=delay_s)
-    return {**placement, "start": begin.isoformat(), "finish": (begin + (finish - start)).isoformat()}
-
-
-def _wait_in_prefect(why: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    """End this run and schedule the same run again a little later, so no worker waits for the GPUs."""
-    from prefect.client.orchestration import get_client
-    from prefect.runtime import deployment, flow_run
-    from prefect.states import Scheduled
-
-    logger = get_run_logger()
-    again = datetime.now(timezone.utc) + timedelta(seconds=GPU_RETRY_S)
-    if deployment.id is None:  # a plain call has nothing to schedule through: say so and fail
-        from flows.gpus import GpusBusy
-
-        raise GpusBusy(why)
-    with get_client(sync_client=True) as client:
-        run = client.create_flow_run_from_deployment(
-            deployment.id, parameters=parameters, state=Scheduled(scheduled_time=again, name="AwaitingGPUs"),
-            idempotency_key=f"{flow_run.id}:gpus", tags=["gridshift", "awaiting-gpus"])
-    logger.info("%s: flow run %s waits in Prefect until %s UTC, then tries again", why, run.id, f"{again:%H:%M:%S}")
-    return {"awaiting_gpus": why, "flow_run_id": str(run.id), "retry_at": again.isoformat()}
+    with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
+                   wait_s=GPU_WAIT_S) as held:
+        get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
+        with pin_environment(held.devices):
+            return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
+                                            ledger_path=ledger_path, start_now=True, site=site,
+                                            report_extra={**held.as_report(),
+                                                          **({"placement": placement} if placement else {})},
+                                            run_id=run_id, resume=resume)
 
 
 def _fused_record(monitor: Any, policy: Any, *, zone: str, nominal: datetime, now: datetime) -> Any:

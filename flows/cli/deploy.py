@@ -57,8 +57,7 @@ def deploy(
     except Exception as exc:  # the server refused or is unreachable
         raise fail(f"could not create the deployment: {type(exc).__name__}: {exc}", EXIT_ENV) from None
     out = {"deployment_id": str(dep.deployment_id), "name": dep.name, "cron": dep.cron, "timezone": dep.timezone,
-           "work_pool": dep.work_pool,
-           "sites": dep.sites, "notes": notes}
+           "work_pool": dep.work_pool, "sites": dep.sites, "crash_recorder": dep.recorder, "notes": notes}
     if json_out:
         typer.echo(json.dumps(out))
     else:
@@ -68,6 +67,8 @@ def deploy(
                    f"start a worker: prefect worker start --pool {dep.work_pool}")
         for site, site_dep in dep.sites.items():
             typer.echo(f"site {site}: deployment {site_dep}")
+        if dep.recorder:
+            typer.echo(f"crashed site runs: recorded by deployment {dep.recorder} on pool {dep.work_pool}")
 
 
 @app.command()
