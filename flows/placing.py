@@ -144,7 +144,8 @@ def _grid_anchor(policy: Policy, nominal: datetime) -> datetime:
 
     if policy.job.cron is None:
         return nominal
-    fired = cron_occurrences(policy.job.cron, nominal - timedelta(days=2), nominal + timedelta(seconds=1))
+    fired = cron_occurrences(policy.job.cron, nominal - timedelta(days=2), nominal + timedelta(seconds=1),
+                             tz=policy.job.timezone)
     return fired[-1] if fired else nominal
 
 
