@@ -1,0 +1,130 @@
+"""An exact solver of the planner's slotted problem on exact speeds, independent of the planner: a MILP.
+
+Used by tests (``tests/scheduler/test_planner_exact.py``) and benchmarks (``benchmarks/planner.py
+--exact``) to check ``scheduler.planner`` against something that shares none of its code: no work
+quanta, no dynamic programming, only numpy and HiGHS (``highspy``, in the dev extras).
+
+The problem (the planner's, see ``scheduler/planner/solve.py``): slots of ``slot_s`` with intensity
+``c[t]``; in each slot the job waits or runs one mode; every running slot but the last is run whole
+and the last in part; minimise ``sum power_w[m] x slot_s x c[t] x (share of slot t run in m) / 3.6e6``
+(grams) subject to: work done >= ``work_s`` (+ ``resume_overhead_s`` per start after the first);
+nothing before ``first_start`` or from ``deadline_slots`` on; no start after ``last_start``; one start
+unless ``pausable``; a mode entered is held ``dwell_slots`` slots unless the job ends first.
+
+Variables per slot t and mode m: ``x`` (runs m in t, binary), ``w`` (share of t run in m), ``y``
+(enters m at t, binary, only with a dwell); per slot: ``e`` (t is the last running slot), ``u`` (a
+start, or a resume, at t).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+
+__all__ = ["exact_slots"]
+
+
+def _highs():  # type: ignore[no-untyped-def]
+    """A silent HiGHS instance (its banner goes to stderr, not stdout)."""
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    return highspy, h
+
+
+def exact_slots(c: np.ndarray, power_w: np.ndarray, speed: np.ndarray, *, slot_s: float, work_s: float,
+                first_start: int, deadline_slots: int, dwell_slots: int = 1, pausable: bool = False,
+                resume_overhead_s: float = 0.0, last_start: int | None = None,
+                time_limit_s: float = 120.0) -> tuple[float, np.ndarray]:
+    """(the optimal carbon in grams, the mode per slot, -1 = not running); (inf, []) when infeasible."""
+    highspy, h = _highs()
+    c = np.asarray(c, dtype=float)
+    power_w, speed = np.asarray(power_w, dtype=float), np.asarray(speed, dtype=float)
+    T, M, D = int(deadline_slots), len(power_w), max(int(dwell_slots), 1)
+    nx = T * M
+    X, Wc, Y = 0, nx, 2 * nx
+    E = 3 * nx if D > 1 else 2 * nx
+    U = E + T
+    n = U + T
+    inf = highspy.kHighsInf
+    h.setOptionValue("mip_rel_gap", 1e-8)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    ub = np.ones(n)
+    for t in range(T):
+        if t < first_start:
+            ub[X + t * M: X + (t + 1) * M] = 0.0
+        if t < first_start:
+            ub[U + t] = 0.0
+    cost = np.zeros(n)
+    cost[Wc:Wc + nx] = (power_w[None, :] * slot_s * c[:T, None] / 3.6e6).ravel()
+    h.addVars(n, np.zeros(n), ub)
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+    binary = [k for k in range(n) if not Wc <= k < Wc + nx]
+    h.changeColsIntegrality(len(binary), np.array(binary, dtype=np.int32),
+                            np.full(len(binary), highspy.HighsVarType.kInteger))
+    lower: list[float] = []
+    upper: list[float] = []
+    starts: list[int] = []
+    index: list[int] = []
+    value: list[float] = []
+
+    def row(lo: float, hi: float, cols: list[int], vals: list[float]) -> None:
+        lower.append(lo)
+        upper.append(hi)
+        starts.append(len(index))
+        index.extend(cols)
+        value.extend(vals)
+
+    xs = lambda t: [X + t * M + m for m in range(M)]  # noqa: E731
+    ws = lambda t: [Wc + t * M + m for m in range(M)]  # noqa: E731
+    for t in range(T):
+        row(-inf, 1.0, xs(t), [1.0] * M)                                          # one mode per slot
+        for m in range(M):
+            row(-inf, 0.0, [Wc + t * M + m, X + t * M + m], [1.0, -1.0])           # share only where it runs
+        row(0.0, inf, ws(t) + xs(t) + [E + t], [1.0] * M + [-1.0] * M + [1.0])     # whole unless the last
+        row(0.0, inf, xs(t) + [E + t], [1.0] * M + [-1.0])                         # the last slot runs
+        row(-inf, 1.0, xs(t) + [E + k for k in range(t)], [1.0] * (M + t))         # nothing after the last
+        prev = xs(t - 1) if t else []
+        row(0.0, inf, [U + t] + xs(t) + prev, [1.0] + [-1.0] * M + [1.0] * len(prev))  # a start where a run begins
+        if D > 1:
+            for m in range(M):
+                cols = [Y + t * M + m, X + t * M + m] + ([X + (t - 1) * M + m] if t else [])
+                row(0.0, inf, cols, [1.0, -1.0] + ([1.0] if t else []))            # entering m at t
+                for j in range(1, D):
+                    if t + j < T:                                                   # held D slots or the job ends
+                        row(0.0, inf, [X + (t + j) * M + m, Y + t * M + m] + [E + k for k in range(t, t + j)],
+                            [1.0, -1.0] + [1.0] * j)
+    row(1.0, 1.0, [E + t for t in range(T)], [1.0] * T)                            # the job finishes
+    if not pausable:
+        row(-inf, 1.0, [U + t for t in range(T)], [1.0] * T)
+    if last_start is not None:
+        row(1.0, inf, [U + t for t in range(min(last_start + 1, T))], [1.0] * min(last_start + 1, T))  # first start
+    over = resume_overhead_s if pausable else 0.0
+    # work in hours, so that HiGHS's absolute tolerance (1e-7) is far below a second of work
+    row((work_s - over) / 3600.0, inf, [Wc + k for k in range(nx)] + [U + t for t in range(T)],
+        list(np.tile(speed, T) * slot_s / 3600.0) + [-over / 3600.0] * T)
+    h.addRows(len(lower), np.array(lower), np.array(upper), len(index), np.array(starts, dtype=np.int32),
+              np.array(index, dtype=np.int32), np.array(value))
+    h.run()
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return math.inf, np.zeros(0, dtype=int)
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"HiGHS did not finish: {h.modelStatusToString(status)}")
+    sol = np.asarray(h.getSolution().col_value)
+    x = sol[X:X + nx].reshape(T, M)
+    modes = np.where(x.max(axis=1) > 0.5, x.argmax(axis=1), -1)
+    last = int(np.flatnonzero(modes >= 0).max()) if (modes >= 0).any() else -1
+    return float(h.getInfo().objective_function_value), modes[:last + 1]
