@@ -128,3 +128,61 @@ def exact_slots(c: np.ndarray, power_w: np.ndarray, speed: np.ndarray, *, slot_s
     modes = np.where(x.max(axis=1) > 0.5, x.argmax(axis=1), -1)
     last = int(np.flatnonzero(modes >= 0).max()) if (modes >= 0).any() else -1
     return float(h.getInfo().objective_function_value), modes[:last + 1]
+
+
+def exact_dp(c: np.ndarray, power_w: np.ndarray, units_per_slot: np.ndarray, *, slot_s: float, work_units: int,
+             first_start: int, deadline_slots: int, dwell_slots: int = 1, pausable: bool = False,
+             resume_units: int = 0) -> float:
+    """The optimal carbon (grams) of the same problem by dynamic programming on exact work.
+
+    Each mode's work in a slot is a whole number of units (``units_per_slot``: speeds that are
+    multiples of 1/n of the reference mode's slot work), so nothing is rounded: the value at every
+    (slot, mode, slots held, units left) is exact. Fast enough for year-long benchmarks and
+    real-size tests, where :func:`exact_slots` (the MILP) is not; tests check the two agree.
+    """
+    c = np.asarray(c, dtype=float)
+    g = np.asarray(units_per_slot, dtype=np.int64)
+    M, T, D = len(g), int(deadline_slots), max(int(dwell_slots), 1)
+    R = int(work_units) + (3 * int(resume_units) if pausable else 0)
+    e = np.asarray(power_w, dtype=float) * slot_s / 3.6e6
+    r = np.arange(R + 1)
+    inf = math.inf
+    run = np.full((M, D, R + 1), inf)     # at the start of slot t+1: running m, held k+1 slots, r units left
+    run[:, :, 0] = 0.0
+    pause = np.full(R + 1, inf)
+    pause[0] = 0.0
+    start = np.full(R + 1, inf)
+    start[0] = 0.0
+
+    def step(nxt: np.ndarray, m: int, t: int) -> np.ndarray:
+        """Running m in slot t, then ``nxt`` (values over units left): finishing inside t costs its share."""
+        out = np.empty(R + 1)
+        gm = int(g[m])
+        out[: gm + 1] = e[m] * c[t] * r[: gm + 1] / gm
+        out[gm + 1:] = e[m] * c[t] + nxt[1: R + 1 - gm]
+        return out
+
+    for t in range(T - 1, -1, -1):
+        enter = np.stack([step(run[m, 0], m, t) for m in range(M)])           # a fresh entry holds 1 slot after t
+        best_entry = enter.min(axis=0)
+        new = np.empty_like(run)
+        for m in range(M):
+            for k in range(D):
+                cont = step(run[m, min(k + 1, D - 1)], m, t)
+                if k == D - 1:                                                 # dwell served: may switch or pause
+                    others = np.min(np.delete(enter, m, axis=0), axis=0) if M > 1 else np.full(R + 1, inf)
+                    cont = np.minimum(cont, others)
+                    if pausable:
+                        cont = np.minimum(cont, pause)
+                new[m, k] = cont
+        # k counts slots held before slot t: k == D - 1 means D or more, so dwell is served
+        if pausable:
+            resumed = np.full(R + 1, inf)
+            o = int(resume_units)
+            resumed[: R + 1 - o] = best_entry[o:]
+            resumed[0] = 0.0
+            pause = np.minimum(pause, resumed)
+        if t >= first_start:
+            start = np.minimum(start, best_entry)
+        run = new
+    return float(start[int(work_units)])

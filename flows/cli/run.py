@@ -70,6 +70,9 @@ def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
     if len(report["modes"]) > 1:
         lines.append("  modes      " + " -> ".join(f"{m['mode']}@{m['start'][11:19]}" for m in report["modes"]))
     extra = report.get("extra", {})
+    if "rounding" in extra.get("plan", {}):
+        p = extra["plan"]
+        lines.append(f"  plan       work counted to {p['rounding']:.2%} by the planner (bound {p['max_rounding']:.0%})")
     if "batch_size_trial" in extra:
         t = extra["batch_size_trial"]
         bound = f", stop at {t['cost_bound_j']:.0f} J" if t.get("cost_bound_j") else ""

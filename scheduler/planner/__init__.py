@@ -97,7 +97,13 @@ class RunPlan:
     feasible: bool
     reasons: tuple[str, ...]
     slot_modes: tuple[str | None, ...] = field(default=(), repr=False)  # mode per slot from ``start`` (None = waiting)
-    rounding: float = 0.0   # share of the work the solver's count of this plan was off by (its work quantum's error)
+    rounding: float = 0.0       # share of the work the solver's count of this plan was off by (its work quantum's error)
+    max_rounding: float = 0.01  # the bound it was planned under (PlanConstraints.max_rounding); past it, a reason warns
+
+    @property
+    def rounding_exceeded(self) -> bool:
+        """True when the solver's count of this plan is off by more than its bound (the reasons say so)."""
+        return self.rounding > self.max_rounding
 
     @property
     def reason(self) -> str:
@@ -200,7 +206,7 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     if not explain:
         return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
                        feasible=feasible, reasons=(), slot_modes=tuple(names[m] if m >= 0 else None for m in sp.modes),
-                       rounding=sp.rounding)
+                       rounding=sp.rounding, max_rounding=constraints.max_rounding)
     reasons, seg_reasons = explain_plan(built, list(modes), c, slot_s=slot, now=now, job=job, objective=objective,
                                    first_slot=first, feasible=feasible, margin_dropped=margin_dropped,
                                    deadline_margin_s=constraints.deadline_margin_s)
@@ -211,7 +217,8 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     built = [Segment(s.start, s.end, s.mode, s.work_s, s.energy_j, s.carbon_g, r) for s, r in zip(built, seg_reasons)]
     slot_modes = tuple(names[m] if m >= 0 else None for m in sp.modes)
     return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
-                   feasible=feasible, reasons=tuple(reasons), slot_modes=slot_modes, rounding=sp.rounding)
+                   feasible=feasible, reasons=tuple(reasons), slot_modes=slot_modes, rounding=sp.rounding,
+                   max_rounding=constraints.max_rounding)
 
 
 def plan_run(series: IntensitySeries, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,

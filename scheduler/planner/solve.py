@@ -34,7 +34,13 @@ __all__ = ["SlotPlan", "choose_quantum", "solve_slots", "fastest_slots", "accoun
 _J_PER_KWH = 3.6e6
 _WAIT = -1
 #: mode runs a plan's work count is budgeted for (the count is off by under one quantum per run)
-_RUNS = 8
+_RUNS = 4
+#: quanta every mode gains in a slot at least: a slot's share of work is resolved to a third, and a
+#: run's first slot keeps two after its one-quantum entry tax (see solve_slots)
+_MIN_QUANTA_PER_SLOT = 3
+#: work levels at most, whatever max_rounding asks: memory and time stay bounded, and a plan that
+#: this leaves counted worse than its bound says so (RunPlan.rounding_exceeded)
+_MAX_LEVELS = 20000
 #: quanta above the job's work the values cover, so that a repair can ask for more without solving again
 _HEADROOM = 16
 #: repairs of one plan on the true speeds (each replays the values for another count of quanta)
@@ -58,11 +64,13 @@ def choose_quantum(speeds: np.ndarray, slot_s: float, work_s: float, *, max_roun
     A plan's count is off by under one quantum per mode run (see the module docstring), so a plan
     of up to ``_RUNS`` runs is counted within ``max_rounding``; the repair on true speeds catches
     the rest. The number of work levels is then ``_RUNS / max_rounding`` whatever the job's length.
-    No quantum is longer than half the slowest mode's work in one slot, so every mode gains in every
-    slot, the first of a run too (which is credited one quantum less, see :func:`solve_slots`).
+    No quantum is longer than a third of the slowest mode's work in one slot, so every mode gains in
+    every slot, the first of a run too (which is credited one quantum less, see :func:`solve_slots`).
     """
     speeds = np.asarray(speeds, dtype=float)
-    q = min(float(np.min(speeds)) * slot_s / 2, max_rounding * max(work_s, 1e-9) / _RUNS)
+    work_s = max(work_s, 1e-9)
+    q = max(min(float(np.min(speeds)) * slot_s / _MIN_QUANTA_PER_SLOT, max_rounding * work_s / _RUNS),
+            work_s / _MAX_LEVELS)
     # whole quanta per slot for the fastest mode: its runs are counted exactly, so a deadline that the
     # fastest run meets is never refused for a rounding
     fastest = float(np.max(speeds)) * slot_s
@@ -317,8 +325,9 @@ def solve_slots(
             target += int(math.ceil(short / q - 1e-9))
     if best is None:
         return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
-    return _finish_in_the_running_mode(best, c, energy_g, speed, slot_s=slot_s, T=T, tv=tv,
-                                       need_s=work_s + best.resumes * resume_overhead_s * pausable)
+    return _merge_runs(best, c, energy_g, speed, slot_s=slot_s, T=T, tv=tv,
+                       need_s=work_s + best.resumes * resume_overhead_s * pausable,
+                       frozen=running_forced_slots if running_mode is not None else 0)
 
 
 def _true_cost(modes: np.ndarray, c: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *, slot_s: float,
@@ -334,29 +343,52 @@ def _true_cost(modes: np.ndarray, c: np.ndarray, energy_g: np.ndarray, speed: np
     return float(np.sum(energy_g[modes[k]] * c[k] * frac)) + tv * end
 
 
-def _finish_in_the_running_mode(sp: SlotPlan, c: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *,
-                                slot_s: float, T: int, tv: float, need_s: float) -> SlotPlan:
-    """The plan, or the same plan with its last run replaced by more of the run before it, if that is
-    cheaper on the true speeds: a short last run in another mode is often only the count's rounding
-    (a few quanta that the mode running already would do within a fraction of its next slot)."""
-    modes = sp.modes
-    if len(modes) < 2 or modes[-1] < 0:
-        return sp
-    a = len(modes) - 1
-    while a > 0 and modes[a - 1] == modes[-1]:
-        a -= 1
-    if a == 0 or modes[a - 1] < 0:
-        return sp
-    prev = int(modes[a - 1])
-    done = float(np.sum(speed[modes[:a][modes[:a] >= 0]])) * slot_s
-    n = int(math.ceil((need_s - done) / (speed[prev] * slot_s) - 1e-9))
-    if a + n > T:
-        return sp
-    other = np.concatenate((modes[:a], np.full(n, prev))).astype(int)
+def _merge_runs(sp: SlotPlan, c: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *, slot_s: float, T: int,
+                tv: float, need_s: float, frozen: int = 0) -> SlotPlan:
+    """The plan with any mode run merged into the run next to it (without a gap) where that is cheaper
+    on the true speeds: the count's rounding can make a short run of a mode look better than the
+    mode beside it when it is not (the entry's one-quantum tax, a few quanta at the finish). Runs only
+    grow, so the dwell holds; the end is trimmed or extended in the last mode as the true work needs.
+    The first ``frozen`` slots keep their mode (a running job's dwell)."""
     kw = dict(slot_s=slot_s, need_s=need_s, tv=tv)
-    if _true_cost(other, c, energy_g, speed, **kw) < _true_cost(modes, c, energy_g, speed, **kw) - 1e-12:
-        return SlotPlan(other, sp.feasible, sp.objective, sp.resumes, sp.rounding)
-    return sp
+    modes = sp.modes
+    best = _true_cost(modes, c, energy_g, speed, **kw)
+    improved = True
+    while improved:
+        improved = False
+        k = np.arange(len(modes))
+        edges = np.flatnonzero(np.diff(modes) != 0) + 1
+        bounds = np.concatenate(([0], edges, [len(modes)]))
+        for i in range(len(bounds) - 1):
+            a, b = int(bounds[i]), int(bounds[i + 1])
+            if modes[a] < 0 or a < frozen:
+                continue
+            for j in (a - 1, b):
+                if not 0 <= j < len(modes) or modes[j] < 0:
+                    continue
+                other = np.where((k >= a) & (k < b), modes[j], modes)
+                other = _fit(other, speed, slot_s=slot_s, T=T, need_s=need_s)
+                if other is None:
+                    continue
+                cost = _true_cost(other, c, energy_g, speed, **kw)
+                if cost < best - 1e-12:
+                    modes, best, improved = other, cost, True
+                    break
+            if improved:
+                break
+    return sp if modes is sp.modes else SlotPlan(modes, sp.feasible, sp.objective, sp.resumes, sp.rounding)
+
+
+def _fit(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, T: int, need_s: float) -> np.ndarray | None:
+    """The schedule cut after the slot its true work ends in, or run on in its last mode until it does
+    (None when that passes the last slot ``T``)."""
+    done = np.cumsum(np.where(modes >= 0, speed[np.maximum(modes, 0)], 0.0)) * slot_s
+    if done[-1] >= need_s - 1e-6:
+        return modes[: int(np.searchsorted(done, need_s - 1e-6)) + 1]
+    n = int(math.ceil((need_s - done[-1]) / (speed[modes[-1]] * slot_s) - 1e-9))
+    if len(modes) + n > T:
+        return None
+    return np.concatenate((modes, np.full(n, modes[-1]))).astype(int)
 
 
 def fastest_slots(first_start: int, work_s: float, speed: np.ndarray, slot_s: float, *,
