@@ -108,6 +108,8 @@ def test_the_mode_timeline_follows_the_plan_through_clean_dirty_clean() -> None:
     assert all(s.reason for s in run.spans)
     assert run.reason == plan.reason
     assert run.extra["plan"]["feasible"] is True
+    # the planner's count of its plan, and the bound it was held to, are in the report (--json extra.plan)
+    assert 0.0 <= run.extra["plan"]["rounding"] <= run.extra["plan"]["max_rounding"] == 0.01
     assert {f["source"] for f in run.extra["mode_figures"]} == {"test figures"}
     assert run.extra["replans"] > 10  # it re-planned every interval, not only at the start
     # the run's start had come (the start is deploy/serve's choice), so it started at once
