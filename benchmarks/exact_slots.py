@@ -1,8 +1,9 @@
-"""An exact solver of the planner's slotted problem on exact speeds, independent of the planner: a MILP.
+"""Exact solvers of the planner's slotted problem, independent of the planner: a MILP and a DP.
 
-Used by tests (``tests/scheduler/test_planner_exact.py``) and benchmarks (``benchmarks/planner.py
---exact``) to check ``scheduler.planner`` against something that shares none of its code: no work
-quanta, no dynamic programming, only numpy and HiGHS (``highspy``, in the dev extras).
+Used by tests (``tests/scheduler/test_planner_exact.py``) and ``benchmarks/simulate_exact.py`` to
+check ``scheduler.planner`` against something that shares none of its code: ``exact_slots`` is a MILP
+(numpy and HiGHS, ``highspy`` in the dev extras, no work quanta); ``exact_dp`` a dynamic programme on
+whole work units (nothing rounded), fast enough for real sizes and years.
 
 The problem (the planner's, see ``scheduler/planner/solve.py``): slots of ``slot_s`` with intensity
 ``c[t]``; in each slot the job waits or runs one mode; every running slot but the last is run whole

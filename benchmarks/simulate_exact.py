@@ -12,8 +12,9 @@ it is solved twice, each mode's speed rounded *up* and then *down* to 1/``--unit
 mode's slot work: the exact optimum on the true speeds lies between the two (faster modes can only
 cost less, slower ones more). Prints, side by side on those nights: the baseline, static efficiency
 (the simple baseline), gridshift, the simulator's own oracle, both exact bounds; savings and each
-strategy's share of the exact saving (against the lower bound: a share that understates it); deadline misses; the simulation's wall and CPU seconds with the machine's load (a shared
-machine's wall time says more about its other users). Energy and carbon are modelled from the mode
+strategy's share of the exact saving (against the lower bound: a share that understates it);
+deadline misses; the simulation's wall and CPU seconds with the machine's load (a shared machine's
+wall time says more about its other users). Energy and carbon are modelled from the mode
 figures; the intensities are the real trace.
 """
 

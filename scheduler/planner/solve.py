@@ -18,8 +18,9 @@ a plan's count is off by less than one quantum per mode run, however long the jo
 lost up to 8 % on 12 h jobs). The plan the values imply is then checked on the true speeds and
 repaired: when its slots do less work than the job needs it is solved again for more quanta, when
 they do noticeably more, for fewer (:func:`solve_slots`); the work the count was off by is returned as
-``SlotPlan.rounding``. Tests and ``benchmarks/planner.py`` compare the result with an independent
-MILP on exact speeds. The real finish and carbon of the chosen slots are recomputed with the true speeds.
+``SlotPlan.rounding``. ``tests/scheduler/test_planner_exact.py`` and ``benchmarks/simulate_exact.py``
+compare the result with exact solvers that share no code with it (``benchmarks/exact_slots.py``). The
+real finish and carbon of the chosen slots are recomputed with the true speeds.
 """
 
 from __future__ import annotations
