@@ -2,11 +2,12 @@
 
 ``with restoring_on_signals(backend): ...`` restores when the block ends, however it ends. While
 it is active, SIGINT, SIGTERM and SIGHUP (the terminal or SSH session closed) restore *at once*
-inside the handler (before any unwinding that
-could be slow or blocked) and then call the handler that was installed before, if it is a Python
-function, or else raise ``KeyboardInterrupt`` / ``SystemExit(128 + signum)``, so the program's own
-``finally`` blocks still run. The previous handlers come back on exit. A signal the process was
-told to ignore (SIGHUP under ``nohup``) stays ignored.
+inside the handler (before any unwinding that could be slow or blocked; once: a second signal finds
+them restored) and then call the handler that was installed before, if it is a Python function,
+which decides how to stop (``gridshift run``'s raises on the first signal only), or else raise
+``KeyboardInterrupt`` / ``SystemExit(128 + signum)``, so the program's own ``finally`` blocks still
+run. The previous handlers come back on exit. A signal the process was told to ignore (SIGHUP
+under ``nohup``) stays ignored.
 
 SIGKILL cannot be caught: that case is covered by the journal (:mod:`backends.journal`), replayed
 by the next start or ``gridshift gpu restore``. Signal handlers can only be installed from the
@@ -46,19 +47,23 @@ def install_restore_handlers(backend: Backend, *, log: Callable[[str], None] | N
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous: dict[int, Any] = {}
+    restored: list[bool] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        try:
-            backend.restore()
-        except Exception as exc:  # still exit; the journal keeps what could not be restored
-            print(f"gridshift: warning: restore on signal failed ({exc}); run `gridshift gpu restore`",
-                  file=sys.stderr)
-        else:
-            if log is not None:
-                log(f"signal {signal.Signals(signum).name}: GPU settings restored")
+        if not restored:
+            try:
+                backend.restore()
+            except Exception as exc:  # still exit; the journal keeps what could not be restored
+                print(f"gridshift: warning: restore on signal failed ({exc}); run `gridshift gpu restore`",
+                      file=sys.stderr)
+            else:
+                restored.append(True)
+                if log is not None:
+                    log(f"signal {signal.Signals(signum).name}: GPU settings restored")
         before = previous.get(signum)
         if callable(before) and before is not signal.default_int_handler:
             before(signum, frame)  # the program's own handler (e.g. `gridshift run`'s) decides how to stop
+            return
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)

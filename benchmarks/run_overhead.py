@@ -1,4 +1,5 @@
-"""What ``gridshift run`` costs on top of the job itself: time to the job's first line, and overhead.
+"""What ``gridshift run`` costs on top of the job itself: time to its first output line, to the job's
+first line, and overhead.
 
 Measured in one run, on this machine, against the simplest alternative, the bare job command:
 
@@ -9,8 +10,9 @@ Measured in one run, on this machine, against the simplest alternative, the bare
 - ``gridshift run, running server``: ``PREFECT_API_URL`` names a ``prefect server start`` that is
   already up (started once before the repetitions, as a user or a service would keep it).
 
-Each figure is the median of ``--repeat`` runs (wall clock, measured); overhead = the run's wall
-time minus the bare job's; CPU seconds say how much of it is work rather than waiting for a core. The simulated backend and the packaged trace keep it offline.
+Each figure is the median of ``--repeat`` runs (wall clock, measured); first output = the first line
+of any kind on stdout or stderr (gridshift promises one within 1 s, saying which Prefect server it
+uses, so a user is never left looking at a silent terminal); overhead = the run's wall time minus the bare job's; CPU seconds say how much of it is work rather than waiting for a core. The simulated backend and the packaged trace keep it offline.
 ``--repo PATH`` times another checkout's ``gridshift`` (e.g. an older version) the same way.
 
 Python's bytecode cache is on, as in an installed package (``pip install`` compiles it; Python writes
@@ -47,8 +49,8 @@ JOB = [sys.executable, "-c", f"print({MARKER!r}, flush=True)"]
 
 
 def _timed(argv: list[str], env: dict[str, str], timeout_s: float) -> dict[str, float]:
-    """Run ``argv``; seconds until MARKER appears (stdout or stderr), until the process exits, and
-    the CPU seconds it (and the children it waited for, e.g. a temporary server) used."""
+    """Run ``argv``; seconds until its first output line, until MARKER appears (stdout or stderr), until
+    the process exits, and the CPU seconds it (and the children it waited for, e.g. a temporary server) used."""
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     # in GRIDSHIFT_HOME's folder: `python -c` puts the working directory first on sys.path, and
@@ -56,12 +58,17 @@ def _timed(argv: list[str], env: dict[str, str], timeout_s: float) -> dict[str, 
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=Path(env["GRIDSHIFT_HOME"]).parent)
     first: list[float] = []
+    any_line: list[float] = []
     tails: list[str] = []
+    lock = threading.Lock()
 
     def watch(stream: Any) -> None:
         for line in stream:
-            if MARKER in line and not first:
-                first.append(time.monotonic() - t0)
+            with lock:  # two readers: the earlier line of either stream wins
+                if not any_line:
+                    any_line.append(time.monotonic() - t0)
+                if MARKER in line and not first:
+                    first.append(time.monotonic() - t0)
             tails.append(line)
 
     threads = [threading.Thread(target=watch, args=(s,), daemon=True) for s in (proc.stdout, proc.stderr)]
@@ -79,7 +86,7 @@ def _timed(argv: list[str], env: dict[str, str], timeout_s: float) -> dict[str, 
     if rc != 0 or not first:
         raise SystemExit(f"run_overhead: {argv[:4]} exited {rc}: {''.join(tails[-10:])}")
     cpu_s = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    return {"first_line_s": first[0], "total_s": total, "cpu_s": cpu_s}
+    return {"first_output_s": any_line[0], "first_line_s": first[0], "total_s": total, "cpu_s": cpu_s}
 
 
 def _median(samples: list[dict[str, float]]) -> dict[str, float]:
@@ -173,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gridshift run overhead (measured, median of {args.repeat}; {os.cpu_count()} CPUs, "
           f"load average {result['load_average_1m']:.1f}; bytecode cache {'on' if result['bytecode_cache'] else 'off'}; "
           f"{args.repo.resolve()})")
-    print(f"{'case':<34} {'first line s':>12} {'total s':>8} {'overhead s':>11} {'CPU s':>6}")
+    print(f"{'case':<34} {'first output s':>14} {'job first line s':>16} {'total s':>8} {'overhead s':>11} {'CPU s':>6}")
     for name, m in result["cases"].items():
-        print(f"{name:<34} {m['first_line_s']:>12.2f} {m['total_s']:>8.2f} {m['overhead_s']:>11.2f} {m['cpu_s']:>6.2f}")
+        print(f"{name:<34} {m['first_output_s']:>14.2f} {m['first_line_s']:>16.2f} {m['total_s']:>8.2f} "
+              f"{m['overhead_s']:>11.2f} {m['cpu_s']:>6.2f}")
+    print("first output s: gridshift's first line (the bare job's is its only line); the aim is under 1 s")
     print("CPU s: user+system seconds of the run and the children it waited for (a running server's own work is not in it);"
           " on a busy machine wall times grow, CPU seconds much less")
     print(f"first run with a new Prefect database{'' if args.no_bytecode_cache else ' and bytecode cache'} "

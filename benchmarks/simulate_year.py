@@ -42,7 +42,7 @@ def main(trace_path: str) -> None:
 
     cum = np.concatenate(([0.0], np.cumsum(values) * step))
     end = t0 + timedelta(seconds=step * len(values))
-    nominals = cron_occurrences(policy.job.cron or "0 1 * * *", t0, end)
+    nominals = cron_occurrences(policy.job.cron or "0 1 * * *", t0, end, tz=policy.job.timezone)
     starts = np.array([(n - t0).total_seconds() for n in nominals])
     edges = np.arange(len(cum)) * step
     _ = np.interp(starts + policy.job.expected_duration_s, edges, cum) - np.interp(starts, edges, cum)

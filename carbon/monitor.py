@@ -39,12 +39,20 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from carbon.cache import CacheEntry, SignalCache, cache_key
 from carbon.errors import CarbonError, RateLimited, StaleData
-from carbon.forecast import FORECAST_HISTORY, ForecasterName, forecast_series
+import numpy as np
+
+from carbon.archive import ForecastArchive
+from carbon.forecast import FORECAST_HISTORY, PROFILE_DAYS, ForecasterName, forecast_series
+from carbon.fusion import apply_fusion, fit_fusion
 from carbon.providers.base import Provider
 from carbon.series import IntensityPoint, IntensitySeries
 from carbon.staleness import stale_reason
 
 __all__ = ["SourceSpec", "Reading", "CarbonMonitor", "AllSourcesFailed"]
+
+_HOUR = timedelta(hours=1)
+_HISTORY = "forecast:daily_profile"
+_FUSED = "forecast:fused"
 
 
 class AllSourcesFailed(CarbonError):
@@ -136,6 +144,8 @@ class CarbonMonitor:
     rest_base: timedelta = timedelta(minutes=1)
     rest_max: timedelta = timedelta(minutes=15)
     forecast_retry: timedelta = timedelta(hours=1)
+    archive: ForecastArchive | None = None  # keeps every forecast and fuses them on its record (None: provider's as is)
+    fusion_days: int = PROFILE_DAYS
     _providers: dict[str, Provider] = field(default_factory=dict, init=False, repr=False)
     _rest: dict[str, _Rest] = field(default_factory=dict, init=False, repr=False)
     _no_forecast: dict[str, tuple[datetime, CarbonError]] = field(default_factory=dict, init=False, repr=False)
@@ -194,12 +204,55 @@ class CarbonMonitor:
                     notes.append(f"{spec.label}: no forecast ({exc}); built-in {self.forecaster} forecast used")
                 except CarbonError as exc2:
                     notes.append(f"{spec.label}: no forecast ({exc}); built-in forecaster: {exc2}")
+        if self.archive is not None:
+            forecast, forecast_by, note = self._fused(spec.label, provider.zone, now, current, observed_series, forecast,
+                                                      forecast_by)
+            notes.append(note)
         entry = CacheEntry(label=spec.label, fetched_at=now, zone=provider.zone, current=current, forecast=forecast,
                            forecast_by=forecast_by, observed=tuple(observed_series))
         stale = self._stale_reason(entry, now)
         if stale is not None:  # a quick answer with old data is no answer; keep the cache as it was
             raise StaleData(stale)  # the failure line names the source
         return self._cache.save(entry, key=spec.cache_key), notes
+
+    def _fused(self, label: str, zone: str, now: datetime, current: IntensityPoint, observed: IntensitySeries,
+               forecast: tuple[IntensityPoint, ...], forecast_by: str) -> tuple[tuple[IntensityPoint, ...], str, str]:
+        """Archive what was received and computed, and fuse it (:mod:`carbon.fusion`) on the archive's record.
+
+        Inputs: the provider's forecast when it sent one, and the built-in history forecast; the
+        latest observation enters as each input's error now. Returns the fused points, who made
+        them, and one sentence naming the forecast and its record.
+        """
+        assert self.archive is not None
+        self.archive.observe(zone=zone, points=observed)
+        inputs: list[str] = []
+        if forecast_by == "provider" and forecast:
+            self.archive.record(provider=label, zone=zone, issued_at=now, points=forecast)
+            inputs.append(label)
+        try:
+            history = forecast_series(observed, now=now, horizon=self.forecast_horizon, method="daily_profile")
+        except CarbonError:
+            history = IntensitySeries.of([], zone=zone)
+        if len(history):
+            self.archive.record(provider=_HISTORY, zone=zone, issued_at=now, points=history)
+            inputs.append(_HISTORY)
+        if not inputs:
+            return forecast, forecast_by, "no forecast to fuse"
+        origin = now.replace(minute=0, second=0, microsecond=0)
+        n = int(self.forecast_horizon / _HOUR) + 1
+        said = {p: self.archive.said(provider=p, zone=zone, issued_by=now, at=origin, step=_HOUR, n=n) for p in inputs}
+        record = self.archive.hindcasts(providers=inputs, zone=zone, now=now, origin=origin, step=_HOUR, n=n,
+                                        days=self.fusion_days)
+        fit = fit_fusion(record, inputs, n)
+        fused = apply_fusion(fit, said, current.g_per_kwh)
+        points = tuple(IntensityPoint(start=origin + k * _HOUR, duration=_HOUR, g_per_kwh=float(v), kind=current.kind,
+                                      estimated=True, forecast=True, source=_FUSED)
+                       for k, v in enumerate(fused) if k > 0 and not np.isnan(v))
+        self.archive.record(provider=_FUSED, zone=zone, issued_at=now, points=points)
+        weights = fit.weights[:, 1:].mean(axis=1)
+        mix = ", ".join(f"{p} {w:.0%}" for p, w in sorted(zip(inputs, weights), key=lambda pw: -pw[1]))
+        return points, _FUSED, (f"{_FUSED} forecast ({mix} of the weight), corrected and weighted on "
+                                f"{len(record)} past days of the archive")
 
     def _stale_reason(self, entry: CacheEntry, now: datetime) -> str | None:
         return stale_reason(entry.current, entry.forecast, now, issued=entry.fetched_at, max_staleness=self.max_staleness,
@@ -261,5 +314,7 @@ class CarbonMonitor:
         for p in self._providers.values():
             p.close()
         self._providers.clear()
+        if self.archive is not None:
+            self.archive.close()
 
 

@@ -1,16 +1,18 @@
 """GPU slots on a node: a Prefect global concurrency limit per site, and the devices a run pins.
 
 Prefect counts: each site's node has one global concurrency limit, ``gridshift-gpus-<site>``, with
-one slot per GPU (created by ``gridshift deploy``, see :func:`ensure_gpu_limits`). A run that trains
-there takes ``job.gpus`` slots *without waiting* (:func:`hold_gpus`); when they are not free it does
-not sleep in the worker: the caller ends the run and schedules a new flow run a little later
-(:func:`flows.nightly`), so the wait is a Scheduled flow run in Prefect.
+one slot per GPU (created by ``gridshift deploy``, see :func:`ensure_limits`). A run that trains
+there takes ``job.gpus`` slots (:func:`hold_gpus`). Placement books GPUs ahead, so a run normally
+finds its slots free; when an earlier run overran, the run waits *in Prefect* for them: the same
+flow run, Running, asks Prefect's limit until the slots free up (it is never re-created, and the
+wait is bounded by ``wait_s``). The slots are leased for :data:`GPU_LEASE_S`: the run's process
+renews the lease while it lives, and a dead process's slots come back when the lease lapses.
 
 The node picks: holding slots says *how many* GPUs are free, not *which*. Each device has a lock
 file under ``$GRIDSHIFT_HOME/gpu-locks/<site>/``; a run takes ``flock`` on as many free ones as it
 holds slots and pins them with ``CUDA_VISIBLE_DEVICES`` (so the NVIDIA backend meters exactly
 those, and torchrun's ``--nproc-per-node gpu`` starts one rank per pinned GPU). The kernel drops a
-dead process's locks; Prefect expires a dead run's slots when its lease lapses.
+dead process's locks.
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-__all__ = ["GpuHold", "GpusBusy", "GPU_LIMIT_PREFIX", "ensure_gpu_limits", "gpu_limit_name", "hold_gpus",
+__all__ = ["GpuHold", "GpusBusy", "GPU_LEASE_S", "GPU_LIMIT_PREFIX", "ensure_limits", "gpu_limit_name", "hold_gpus",
            "pin_environment"]
 
 GPU_LIMIT_PREFIX = "gridshift-gpus-"
+#: Prefect's shortest lease: a node that died gives its GPU slots back at most this long after
+GPU_LEASE_S = 60.0
 
 
 class GpusBusy(Exception):
-    """The node has fewer free GPUs than the run needs right now (the run waits in Prefect instead)."""
+    """The node has fewer free GPUs than the run needs (and they did not free up within the wait)."""
 
 
 @dataclass(frozen=True)
@@ -53,25 +57,24 @@ def gpu_limit_name(site: str) -> str:
     return f"{GPU_LIMIT_PREFIX}{site}"
 
 
-def ensure_gpu_limits(gpus_per_site: dict[str, int]) -> list[str]:
-    """Create (or resize) one global concurrency limit per site; returns one line per change."""
+def ensure_limits(slots_by_name: dict[str, int], what: str = "GPU slots") -> list[str]:
+    """Create (or resize) the global concurrency limits named, with that many slots; one line per change."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
     from prefect.exceptions import ObjectNotFound
 
     changes: list[str] = []
     with get_client(sync_client=True) as client:
-        for site, gpus in gpus_per_site.items():
-            name = gpu_limit_name(site)
+        for name, gpus in slots_by_name.items():
             try:
                 limit = client.read_global_concurrency_limit_by_name(name)
             except ObjectNotFound:
                 client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=gpus))
-                changes.append(f"created global concurrency limit {name} ({gpus} GPU slots)")
+                changes.append(f"created global concurrency limit {name} ({gpus} {what})")
                 continue
             if limit.limit != gpus:
                 client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(limit=gpus))
-                changes.append(f"resized global concurrency limit {name}: {limit.limit} -> {gpus} GPU slots")
+                changes.append(f"resized global concurrency limit {name}: {limit.limit} -> {gpus} {what}")
     return changes
 
 
@@ -95,15 +98,19 @@ def _lock_free_devices(lock_dir: Path, gpus_per_node: int, count: int, stack: Ex
     return tuple(taken)
 
 
-def _take_slots(limit: str, count: int, stack: ExitStack) -> None:
+def _take_slots(limit: str, count: int, wait_s: float, stack: ExitStack) -> None:
     import httpx
     from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
     from prefect.concurrency.sync import concurrency
 
+    # wait_s 0: one request, no retry (a 423 is "busy"); otherwise Prefect's client asks again as the
+    # server's Retry-After says, until the slots are ours or the wait is over
+    waiting = {"max_retries": 0} if wait_s <= 0 else {"timeout_seconds": wait_s}
     try:
-        # no retries: a busy node must not keep a worker process waiting; the run waits in Prefect instead
-        stack.enter_context(concurrency(limit, occupy=count, max_retries=0, strict=True,
-                                        raise_on_lease_renewal_failure=False))
+        stack.enter_context(concurrency(limit, occupy=count, strict=True, lease_duration=GPU_LEASE_S,
+                                        raise_on_lease_renewal_failure=False, **waiting))
+    except TimeoutError:
+        raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free for {wait_s:.0f} s") from None
     except ConcurrencySlotAcquisitionError as exc:
         cause = exc.__cause__
         if isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code == 423:
@@ -112,13 +119,17 @@ def _take_slots(limit: str, count: int, stack: ExitStack) -> None:
 
 
 @contextmanager
-def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path) -> Iterator[GpuHold]:
-    """Hold ``count`` of ``site``'s GPU slots and lock that many devices; raises GpusBusy at once if not free."""
+def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait_s: float = 0.0) -> Iterator[GpuHold]:
+    """Hold ``count`` of ``site``'s GPU slots and lock that many devices; waits up to ``wait_s`` for the slots.
+
+    Raises GpusBusy when the slots are not free within ``wait_s`` (at once for 0), or when a device
+    is held outside gridshift.
+    """
     if count > gpus_per_node:
         raise GpusBusy(f"the run needs {count} GPUs, the node at {site} has {gpus_per_node}")
     limit = gpu_limit_name(site)
     with ExitStack() as stack:
-        _take_slots(limit, count, stack)
+        _take_slots(limit, count, wait_s, stack)
         devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
         yield GpuHold(site=site, limit=limit, devices=devices, acquired_at=datetime.now(timezone.utc))
 

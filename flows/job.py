@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["JobFailed", "JobHandle", "OUTPUT_THREAD_NAME", "start_command", "start_callable", "resolve_argv"]
+__all__ = ["JobFailed", "JobHandle", "KILL_NOW", "OUTPUT_THREAD_NAME", "start_command", "start_callable", "resolve_argv"]
 
 
 class JobFailed(Exception):
@@ -56,6 +56,9 @@ OUTPUT_THREAD_NAME = "gridshift-job-output"
 OUTPUT_DRAIN_S = 2.0
 # how long kill() gives the job's process group to stop on SIGTERM before SIGKILL
 KILL_GRACE_S = 10.0
+#: set by a second stop signal (``gridshift run``'s second Ctrl-C): kill() ends the job's grace period
+#: at once. An event rather than an exception, so the caller's cleanup still closes the span it metered.
+KILL_NOW = threading.Event()
 
 
 @dataclass
@@ -100,13 +103,10 @@ class JobHandle:
             self._signal_group(signal.SIGTERM)
             end_t = time.monotonic() + self._kill_grace_s
             try:
-                try:
-                    self._proc.wait(max(end_t - time.monotonic(), 0.0))
-                except subprocess.TimeoutExpired:
+                # the main process and its workers get the grace period, unless the user insists (KILL_NOW)
+                while ((self._proc.poll() is None or self._group_alive()) and time.monotonic() < end_t
+                       and not KILL_NOW.wait(0.02)):
                     pass
-                # the main process is gone (or out of time): give its workers the rest of the grace period
-                while self._group_alive() and time.monotonic() < end_t:
-                    time.sleep(0.02)
             finally:
                 # also on a second Ctrl-C during the grace period: nothing of the job may outlive kill()
                 if self._proc.poll() is None or self._group_alive():

@@ -1,10 +1,10 @@
-"""gridshift's side of the job files (:mod:`plans.job_protocol`) for one run, and truthful batch sizes.
+"""gridshift's side of the job files (:mod:`plans.job_protocol`) for one run, and truthful job settings.
 
 The run's :class:`ModeFileChannel` hands the job its start batch size and the two file paths, writes
-the mode file at every mode change (:func:`flows.supervise.supervise` calls :meth:`announce`), and
-after the job ends reads its result file. A subprocess cannot see a new environment, so after a
-mid-run switch the only batch size a report may claim is the one the job started with, unless the
-job acknowledged the change in its result file: :func:`batch_size_labels` says which.
+the mode file at every mode change (:func:`flows.supervise.supervise` calls :meth:`announce`; the
+announcement carries the mode's batch size and clock plan), and after the job ends reads its result
+file. Only that file confirms a batch size or a clock plan: :func:`flows.span_settings.job_settings`
+labels each span with what the job confirmed, else "handed to the job, not confirmed".
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+from flows.span_settings import job_settings
 from plans.errors import BadJobFile
 from plans.job_protocol import (
     BATCH_SIZE_ENV,
     MODE_FILE_ENV,
     RESULT_FILE_ENV,
-    BatchSizeAck,
     JobResult,
     ModeAnnouncement,
     read_result_file,
     write_mode_file,
 )
 from scheduler.policy import Policy
-from scheduler.report import ModeSpan
+from scheduler.report import ModeSpan, settings_phrase
 
-__all__ = ["ModeFileChannel", "batch_size_labels", "mode_batch_sizes"]
+__all__ = ["ModeFileChannel", "mode_batch_sizes"]
 
 
 def mode_batch_sizes(policy: Policy, proposal: int | None) -> dict[str, int | None]:
@@ -39,47 +39,17 @@ def mode_batch_sizes(policy: Policy, proposal: int | None) -> dict[str, int | No
     return out
 
 
-def batch_size_labels(announced: Sequence[ModeAnnouncement], start_batch_size: int | None,
-                      acks: Sequence[BatchSizeAck]) -> list[str]:
-    """What each mode span may truthfully say about the job's batch size. Pure.
-
-    Span ``i`` began with announcement ``i``. The job runs with ``start_batch_size`` (its
-    environment) until it acknowledges an announcement; an unacknowledged change is reported as the
-    batch size the job still has ("set at start"), never as the one the mode asked for.
-    """
-    last_ack = {a.mode_seq: a for a in acks}  # the job's last word on each announcement
-    current, source = start_batch_size, "set at start"
-    labels: list[str] = []
-    for ann in announced:
-        ack = last_ack.get(ann.seq)
-        if ack is not None:
-            before, current = current, ack.batch_size
-            at = f" at epoch {ack.epoch:g}" if ack.epoch is not None else ""
-            if ann.seq > 0 and before != current:
-                text = f"batch size {before} -> {current} (the job switched{at})"
-            else:
-                text = f"batch size {current} (acknowledged by the job{at})"
-            source = "acknowledged earlier"
-        elif current is None:
-            text = "" if ann.batch_size is None else f"no batch size from gridshift (the job did not acknowledge {ann.batch_size})"
-        else:
-            text = f"batch size {current} ({source})"
-        wanted = ann.batch_size
-        if current is not None and wanted is not None and wanted != current:
-            text += f"; the mode asks {wanted}, " + ("the job chose otherwise" if ack is not None else
-                                                      "which the job did not acknowledge")
-        labels.append(text)
-    return labels
-
-
 class ModeFileChannel:
-    """The mode file, the result file and the batch sizes of one run. ``folder`` None: no files
-    (the job gets only ``GRIDSHIFT_BATCH_SIZE``)."""
+    """The mode file, the result file, the batch sizes and clock plans of one run. ``folder`` None:
+    no files (the job gets only ``GRIDSHIFT_BATCH_SIZE`` and ``GRIDSHIFT_CLOCK_PLAN``).
+    ``clock_plans``: each mode's plan file (modes without one are absent)."""
 
-    def __init__(self, folder: Path | None, batch_sizes: Mapping[str, int | None]) -> None:
+    def __init__(self, folder: Path | None, batch_sizes: Mapping[str, int | None],
+                 clock_plans: Mapping[str, Path] | None = None) -> None:
         self.mode_file = folder / "mode.json" if folder is not None else None
         self.result_file = folder / "result.json" if folder is not None else None
         self.batch_sizes = dict(batch_sizes)
+        self.clock_plans = dict(clock_plans or {})
         self.announced: list[ModeAnnouncement] = []
 
     def job_env(self, first_mode: str) -> dict[str, str]:
@@ -98,8 +68,9 @@ class ModeFileChannel:
 
     def announce(self, mode: str, reason: str, at: datetime) -> ModeAnnouncement:
         """Record (and write, atomically) that the run is in ``mode`` from ``at`` on."""
+        plan = self.clock_plans.get(mode)
         ann = ModeAnnouncement(seq=len(self.announced), mode=mode, batch_size=self.batch_sizes.get(mode),
-                               since=at.isoformat(), reason=reason)
+                               since=at.isoformat(), reason=reason, clock_plan=str(plan) if plan else None)
         self.announced.append(ann)
         if self.mode_file is not None:
             write_mode_file(self.mode_file, ann)
@@ -115,12 +86,13 @@ class ModeFileChannel:
             return None, f"job result ignored: {exc}"
 
     def label_spans(self, spans: Sequence[ModeSpan], result: JobResult | None) -> list[ModeSpan]:
-        """``spans`` with the job's true batch size appended to each span's settings."""
-        labels = batch_size_labels(self.announced, self.start_batch_size, result.batch_sizes if result else ())
+        """``spans`` with the job's settings (batch size, clock plan) appended, as far as it confirmed them."""
         out = list(spans)
-        for i, (span, label) in enumerate(zip(spans, labels)):
-            if label:
-                out[i] = replace(span, settings=f"{span.settings}; {label}" if span.settings else label)
+        for i, (span, extra) in enumerate(zip(spans, job_settings(self.announced, self.start_batch_size, result))):
+            if extra:
+                words = settings_phrase(extra)
+                out[i] = replace(span, settings=f"{span.settings}; {words}" if span.settings else words,
+                                 settings_detail=span.settings_detail + extra)
         return out
 
     def batch_sizes_used(self, result: JobResult | None) -> set[int]:

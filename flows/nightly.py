@@ -5,8 +5,9 @@ Two kinds of run, told apart by the ``plan`` parameter:
 * **a training run** (``plan=False``, the default): what ``prefect deployment run``, the UI's "Run"
   button and every deferred run are. It trains at once: Prefect started it, so its own scheduled
   time has come (a deferred run moved earlier in the UI simply trains earlier, and decides its modes
-  for the moment it really starts). Nothing in it sleeps, so it never holds a worker or a
-  concurrency slot while waiting.
+  for the moment it really starts). Nothing in it sleeps for its start, so it never holds a worker
+  or a concurrency slot while waiting for it (a site run whose GPUs an overrunning run still holds
+  waits for them in Prefect's limit: :mod:`flows.gpus`).
 * **a planning run** (``plan=True``): what the deployment's cron creates (its schedule carries
   ``parameters: {plan: true}``, see :func:`flows.deploy.deploy_policy`). It reads the forecast,
   picks the start with :func:`scheduler.planning.plan_start` and, when the start is later than now,
@@ -83,7 +84,8 @@ def nightly_retrain(
     its deadline from now. ``planned_start`` is informational (what the planner chose): a training
     run never waits for it, since Prefect starts the run at its scheduled time. ``site`` (one of the
     policy's sites; set by the per-site deployments): the run holds ``job.gpus`` of that node's GPU
-    slots while it trains and pins those GPUs; when they are busy it waits as a Scheduled flow run.
+    slots while it trains and pins those GPUs; when an overrunning run still holds them it waits for
+    them in Prefect's global concurrency limit (the same flow run, see :mod:`flows.gpus`).
     ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.windows`).
     ``placement`` (informational) is where and when the planner put the run, and why; it goes into the
     report. A policy with sites started without one is placed first: a planning run picks site and
@@ -107,8 +109,8 @@ def nightly_retrain(
     if site is None:
         return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start, ledger_path=ledger_path,
                                         start_now=True, run_id=run_id, resume=resume)
-    return _train_on_site(policy_path, site, nominal_start=nominal_start, ledger_path=ledger_path, workdir=workdir,
-                          planned_start=planned_start, placement=placement, run_id=run_id, resume=resume)
+    return _train_on_site(policy_path, site, nominal_start=nominal_start, ledger_path=ledger_path,
+                          placement=placement, run_id=run_id, resume=resume)
 
 
 def _has_sites(policy_path: str) -> bool:
@@ -120,7 +122,7 @@ def _has_sites(policy_path: str) -> bool:
 def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Choose site and start (and modes) together, and create the run on that site's deployment."""
     from flows.placing import submit_placed_run
-    from scheduler.planning import run_key
+    from scheduler.planning import occurrence_for, run_key
     from scheduler.policy_io import load_policy
 
     logger = get_run_logger()
@@ -128,7 +130,7 @@ def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdi
     assert name is not None
     now = datetime.now(timezone.utc)
     policy = load_policy(policy_path)
-    nominal = now if start_now else _scheduled_time(now) - timedelta(seconds=min(policy.job.earliest_start_s, 0.0))
+    nominal = now if start_now else occurrence_for(policy.job, _scheduled_time(now))
     submitted = submit_placed_run(policy_path, deployment=name, nominal=nominal, start_now=start_now,
                                   key=None if start_now else run_key(policy, nominal), ledger_path=ledger_path,
                                   workdir=workdir, now=now)
@@ -142,15 +144,15 @@ def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdi
             "reasons": list(submitted.placement.reasons)}
 
 
-#: how long a run that found its node's GPUs busy waits (as a Scheduled flow run) before trying again
-GPU_RETRY_S = 30.0
+#: how long a run waits in Prefect for GPU slots an overrunning run still holds before it fails: a
+#: placed run's slots are booked, so a wait this long means the node is stuck, not merely late
+GPU_WAIT_S = 3600.0
 
 
 def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, ledger_path: str | None,
-                   workdir: str | None, planned_start: str | None,
                    placement: dict[str, Any] | None, run_id: str | None,
                    resume: dict[str, Any] | None) -> dict[str, Any]:
-    from flows.gpus import GpusBusy, hold_gpus, pin_environment
+    from flows.gpus import hold_gpus, pin_environment
     from flows.training import carbon_aware_training
     from scheduler.ledger import gridshift_home
     from scheduler.policy_io import load_policy
@@ -158,75 +160,75 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
 
     policy = load_policy(policy_path)
     node = site_named(policy, site)
-    try:
-        with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks") as held:
-            get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
-            with pin_environment(held.devices):
-                return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
-                                                ledger_path=ledger_path, start_now=True, site=site,
-                                                report_extra={**held.as_report(),
-                                                              **({"placement": placement} if placement else {})},
-                                                run_id=run_id, resume=resume)
-    except GpusBusy as busy:
-        return _wait_in_prefect(str(busy), {"policy_path": policy_path, "plan": False, "nominal_start": nominal_start,
-                                            "ledger_path": ledger_path, "workdir": workdir,
-                                            "planned_start": planned_start, "site": site,
-                                            "placement": _delayed(placement, GPU_RETRY_S), "run_id": run_id,
-                                            "resume": resume})
+    with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
+                   wait_s=GPU_WAIT_S) as held:
+        get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
+        with pin_environment(held.devices):
+            return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
+                                            ledger_path=ledger_path, start_now=True, site=site,
+                                            report_extra={**held.as_report(),
+                                                          **({"placement": placement} if placement else {})},
+                                            run_id=run_id, resume=resume)
 
 
-def _delayed(placement: dict[str, Any] | None, delay_s: float) -> dict[str, Any] | None:
-    """The placement of a run that starts ``delay_s`` later (its GPU booking moves with it)."""
-    if not placement:
-        return placement
-    now = datetime.now(timezone.utc)
-    start, finish = datetime.fromisoformat(placement["start"]), datetime.fromisoformat(placement["finish"])
-    begin = now + timedelta(seconds=delay_s)
-    return {**placement, "start": begin.isoformat(), "finish": (begin + (finish - start)).isoformat()}
+def _fused_record(monitor: Any, policy: Any, *, zone: str, nominal: datetime, now: datetime) -> Any:
+    """The archived fused forecast's record on this job's start decision (hourly), or None without an archive."""
+    import math
+
+    from carbon.scorecard import scorecard
+    from carbon.skill import StartWindow
+
+    job = policy.job
+    if monitor.archive is None or job.deadline_s is None:
+        return None
+    earliest = nominal + timedelta(seconds=job.earliest_start_s)
+    latest_h = int((job.deadline_s - job.expected_duration_s - job.earliest_start_s) // 3600)
+    window = StartWindow(reference=int(round(-job.earliest_start_s / 3600)), starts=tuple(range(max(latest_h, 0) + 1)),
+                         length=max(math.ceil(job.expected_duration_s / 3600), 1))
+    return scorecard(monitor.archive, provider="forecast:fused", zone=zone, now=now, origin_hour=earliest.hour,
+                     window=window)
 
 
-def _wait_in_prefect(why: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    """End this run and schedule the same run again a little later, so no worker waits for the GPUs."""
-    from prefect.client.orchestration import get_client
-    from prefect.runtime import deployment, flow_run
-    from prefect.states import Scheduled
-
-    logger = get_run_logger()
-    again = datetime.now(timezone.utc) + timedelta(seconds=GPU_RETRY_S)
-    if deployment.id is None:  # a plain call has nothing to schedule through: say so and fail
-        from flows.gpus import GpusBusy
-
-        raise GpusBusy(why)
-    with get_client(sync_client=True) as client:
-        run = client.create_flow_run_from_deployment(
-            deployment.id, parameters=parameters, state=Scheduled(scheduled_time=again, name="AwaitingGPUs"),
-            idempotency_key=f"{flow_run.id}:gpus", tags=["gridshift", "awaiting-gpus"])
-    logger.info("%s: flow run %s waits in Prefect until %s UTC, then tries again", why, run.id, f"{again:%H:%M:%S}")
-    return {"awaiting_gpus": why, "flow_run_id": str(run.id), "retry_at": again.isoformat()}
+def _record_sentence(notes: tuple[str, ...], record: Any) -> str:
+    used = next((n for n in notes if n.startswith("forecast:fused")), "forecast:fused forecast")
+    if record.start_gain_share is None:
+        return f"{used}; no night of its record scored yet"
+    rho = "" if record.rank_correlation is None else f", night-hour rank correlation {record.rank_correlation:.2f}"
+    return (f"{used}; over the last {record.nights} nights it captured {record.start_gain_share:.0%} of the "
+            f"perfect-foresight start gain{rho}")
 
 
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
+    from carbon.skill import trusts_start
     from flows.sources import monitor_for
-    from scheduler.planning import plan_start, run_key
+    from scheduler.planning import StartChoice, occurrence_for, plan_start, run_key
     from scheduler.policy_io import load_policy
 
     logger = get_run_logger()
     policy = load_policy(policy_path)
     now = datetime.now(timezone.utc)
-    fired = _scheduled_time(now)
-    nominal = fired - timedelta(seconds=min(policy.job.earliest_start_s, 0.0))
+    nominal = occurrence_for(policy.job, _scheduled_time(now))
     monitor = monitor_for(policy)
     try:
         reading = monitor.read(now)
+        record = _fused_record(monitor, policy, zone=reading.series.zone, nominal=nominal, now=now)
     finally:
         monitor.close()
     decision = plan_start(policy, reading.series, nominal=nominal, now=now)
+    if record is not None and not trusts_start(record.start_gain_share, record.nights):
+        decision = StartChoice(start_at=max(nominal, now), mode=policy.rules.clean_mode,
+                               reason=f"the cron start is kept: over {record.nights} nights the fused forecast captured "
+                                      f"{record.start_gain_share or 0.0:.0%} of the possible start gain (do no harm); "
+                                      "the run still chooses its modes")
     logger.info("plan for %s: start %s UTC — %s", nominal.isoformat(), f"{decision.start_at:%Y-%m-%d %H:%M}",
                 decision.reason)
     name = _deployment_name()
     out: dict[str, Any] = {"nominal_start": nominal.isoformat(), "planned_start": decision.start_at.isoformat(),
                            "reason": decision.reason}
+    if record is not None:  # the forecast this plan stood on, and its record, in one sentence
+        out["forecast"] = _record_sentence(reading.notes, record)
+        logger.info("forecast: %s", out["forecast"])
     if name is None or (decision.start_at - now).total_seconds() <= _DEFER_MIN_S:
         return out
     from prefect.deployments import run_deployment

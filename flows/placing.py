@@ -6,23 +6,55 @@ monitors a run uses), bookings from Prefect (the gridshift runs that are Schedul
 Running on the site deployments, with the placement they carry), and the result is a flow run of
 the chosen site's deployment, Scheduled at the chosen start. Used by the cron's planning run
 (:mod:`flows.nightly`) and by ``gridshift submit``.
+
+Placements of one fleet cannot race: reading the bookings, planning and creating the flow run
+happen while holding one slot of every site's placing limit (``gridshift-placing-<site>``, a
+Prefect global concurrency limit of 1 that ``gridshift deploy`` creates), all taken in one request.
+Two submits at once therefore place one after the other, and the second sees the first's run.
+
+Times from Prefect are pendulum ``DateTime`` values, which drop their time zone when a ``timedelta`` is
+added after ``.astimezone(timezone.utc)``; every time crossing into gridshift goes through
+:func:`utc` first, so the planner only ever sees stdlib, UTC-aware datetimes.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Sequence
+from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
 from scheduler.placement import Booking, Placement, place_run
 from scheduler.policy import Policy
 from scheduler.sites import policy_at_site
 
-__all__ = ["SubmittedRun", "fleet_bookings", "plan_placement", "submit_placed_run"]
+__all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_bookings", "on_grid", "placing_limit_name",
+           "placing_lock", "plan_placement", "submit_placed_run", "utc"]
 
 #: states of a flow run that holds (or will hold) its node's GPUs
 _HOLDING = ["SCHEDULED", "PENDING", "RUNNING"]
+
+PLACING_LIMIT_PREFIX = "gridshift-placing-"
+#: how long a placement waits for another placement of the same sites to finish (each takes seconds)
+PLACING_WAIT_S = 300.0
+#: Prefect's shortest lease; a placer that dies mid-placement blocks the sites no longer than this
+_PLACING_LEASE_S = 60.0
+
+
+def utc(value: datetime) -> datetime:
+    """``value`` as a stdlib datetime in UTC (Prefect's pendulum DateTime included); naive values are refused."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{value!r}: a time without a time zone cannot be placed")
+    # via the timestamp, not astimezone: a pendulum DateTime stays pendulum (and loses its zone on +timedelta)
+    return datetime.fromtimestamp(value.timestamp(), tz=timezone.utc)
+
+
+def placing_limit_name(site: str) -> str:
+    """The global concurrency limit (of 1) that serialises placements onto ``site``."""
+    return f"{PLACING_LIMIT_PREFIX}{site}"
 
 
 @dataclass(frozen=True)
@@ -49,27 +81,72 @@ def _site_forecasts(policy: Policy, now: datetime) -> dict[str, IntensitySeries]
     return out
 
 
-def fleet_bookings(site_names: Sequence[str]) -> list[Booking]:
+def booking_of_run(placement: Mapping[str, Any], state: str, started: datetime | None, now: datetime) -> Booking:
+    """The GPUs a placed run holds or will hold, from its ``placement`` parameter and its Prefect state.
+
+    A RUNNING run holds them from when it really started, for its planned length (a late start
+    finishes late). A run not started yet (Scheduled or Pending) holds them from its planned start,
+    or from ``now`` when that has passed (a late run starts as soon as a worker takes it).
+    """
+    start, finish = utc(datetime.fromisoformat(placement["start"])), utc(datetime.fromisoformat(placement["finish"]))
+    length = finish - start
+    if state == "RUNNING" and started is not None:
+        begun = utc(started)
+    else:
+        begun = max(start, utc(now))
+    return Booking(str(placement["site"]), begun, begun + length, int(placement.get("gpus", 1)))
+
+
+def fleet_bookings(site_names: Sequence[str], now: datetime) -> list[Booking]:
     """The GPU bookings of gridshift runs placed on ``site_names`` that have not finished yet."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType, FlowRunFilterTags
 
-    bookings: list[Booking] = []
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
             state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_HOLDING)),
             tags=FlowRunFilterTags(all_=["gridshift"])), limit=200)
+    bookings: list[Booking] = []
     for run in runs:
         placed = (run.parameters or {}).get("placement") or {}
-        if placed.get("site") not in site_names:
-            continue
-        start = datetime.fromisoformat(placed["start"])
-        finish = datetime.fromisoformat(placed["finish"])
-        if run.start_time is not None and run.state_type is not None and run.state_type.value == "RUNNING":
-            begun = run.start_time.astimezone(timezone.utc)
-            finish, start = begun + (finish - start), begun  # a late start finishes late
-        bookings.append(Booking(placed["site"], start, finish, int(placed.get("gpus", 1))))
+        if placed.get("site") in site_names and run.state_type is not None:
+            bookings.append(booking_of_run(placed, run.state_type.value, run.start_time, now))
     return bookings
+
+
+@contextmanager
+def placing_lock(site_names: Sequence[str], *, wait_s: float = PLACING_WAIT_S) -> Iterator[None]:
+    """Hold the placing slot of every site in ``site_names`` (one request: all or none, so no deadlock)."""
+    from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
+    from prefect.concurrency.sync import concurrency
+
+    names = [placing_limit_name(s) for s in sorted(site_names)]
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(concurrency(names, occupy=1, timeout_seconds=wait_s, lease_duration=_PLACING_LEASE_S,
+                                            strict=True))
+        except TimeoutError:
+            raise RuntimeError(f"{', '.join(names)}: another placement held the sites for {wait_s:.0f} s") from None
+        except ConcurrencySlotAcquisitionError as exc:  # strict: a fleet deployed before the limits existed
+            raise RuntimeError(f"{exc}; run `gridshift deploy` for this policy again to create them") from None
+        yield
+
+
+def on_grid(moment: datetime, anchor: datetime, slot_s: float) -> datetime:
+    """The first point of the grid ``anchor + k * slot_s`` (k any integer) at or after ``moment``."""
+    steps = math.ceil((moment - anchor).total_seconds() / slot_s - 1e-9)
+    return anchor + timedelta(seconds=steps * slot_s)
+
+
+def _grid_anchor(policy: Policy, nominal: datetime) -> datetime:
+    """The cron's last occurrence at or before ``nominal`` (``nominal`` itself without a cron, or none in 2 days)."""
+    from scheduler.cron import cron_occurrences
+
+    if policy.job.cron is None:
+        return nominal
+    fired = cron_occurrences(policy.job.cron, nominal - timedelta(days=2), nominal + timedelta(seconds=1),
+                             tz=policy.job.timezone)
+    return fired[-1] if fired else nominal
 
 
 def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_now: bool = False,
@@ -79,17 +156,23 @@ def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_no
     The window is the one :func:`scheduler.planning.plan_start` gives a run without sites; the mode
     figures are :func:`scheduler.planning.policy_figures` without a device (placement happens away
     from the nodes). ``start_now`` (a run started by hand) plans as a job without a deadline does:
-    from now, the modes chosen, no room to shift the start.
+    from now, the modes chosen, no room to shift the start. Otherwise the planner's slots lie on the
+    cron's grid (its occurrences plus ``earliest_start_s``, in steps of ``rules.slot_s``), starting
+    at the first grid point not in the past: a planning run that began a few seconds late still
+    plans starts at 21:00, 21:15, ..., never at 21:00:07.
     """
     from scheduler.planning import policy_figures
 
     job = policy.job
-    not_before = max(now, nominal + timedelta(seconds=job.earliest_start_s))
+    earliest = nominal + timedelta(seconds=job.earliest_start_s)
+    # the planner's slots start at not_before: put it on the cron's grid, not on when planning ran
+    not_before = on_grid(max(now, earliest), _grid_anchor(policy, nominal) + (earliest - nominal), policy.rules.slot_s)
     deadline = nominal + timedelta(seconds=job.deadline_s) if job.deadline_s is not None else None
     if start_now or deadline is None:
         not_before, deadline = now, None
+    # the planner lays its slots from the moment it plans at: that is the grid point, when there is one
     return place_run(policy, forecasts if forecasts is not None else _site_forecasts(policy, now),
-                     policy_figures(policy), now=now, not_before=not_before, deadline=deadline,
+                     policy_figures(policy), now=not_before, not_before=not_before, deadline=deadline,
                      reference_start=None if deadline is None else max(nominal, not_before), bookings=bookings)
 
 
@@ -103,24 +186,29 @@ def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | 
     """
     from prefect.deployments import run_deployment
 
-    from flows.deploy import site_deployment_name
+    from flows.deploy import HEARTBEAT_TAG, site_deployment_name
     from scheduler.policy_io import load_policy
 
     policy = load_policy(policy_path)
-    now = now or datetime.now(timezone.utc)
-    nominal = nominal or now
-    placed = plan_placement(policy, nominal=nominal, now=now, start_now=start_now,
-                            bookings=fleet_bookings([s.name for s in policy.sites]))
-    target = site_deployment_name(deployment, placed.site)
-    plan = placed.plan
-    run = run_deployment(
-        name=target, timeout=0, as_subflow=False, idempotency_key=key, scheduled_time=max(plan.start, now),
-        tags=["gridshift", "placed", f"site:{placed.site}"],
-        parameters={"policy_path": policy_path, "plan": False, "nominal_start": nominal.isoformat(),
-                    "planned_start": plan.start.isoformat(), "ledger_path": ledger_path, "workdir": workdir,
-                    "site": placed.site,
-                    "placement": {"site": placed.site, "start": plan.start.isoformat(),
-                                  "finish": plan.finish.isoformat(), "gpus": policy.job.gpus,
-                                  "carbon_g": round(plan.carbon_g, 4), "reasons": list(placed.reasons)}},
-    )
+    sites = [s.name for s in policy.sites]
+    forecasts = _site_forecasts(policy, utc(now) if now is not None else datetime.now(timezone.utc))
+    with placing_lock(sites):
+        # "now" is when this placement got the fleet: a run that waited for the lock is not planned in the past
+        now = max(utc(now), datetime.now(timezone.utc)) if now is not None else datetime.now(timezone.utc)
+        nominal = utc(nominal) if nominal is not None else now
+        placed = plan_placement(policy, nominal=nominal, now=now, start_now=start_now,
+                                bookings=fleet_bookings(sites, now), forecasts=forecasts)
+        target = site_deployment_name(deployment, placed.site)
+        plan = placed.plan
+        run = run_deployment(
+            name=target, timeout=0, as_subflow=False, idempotency_key=key, scheduled_time=max(plan.start, now),
+            tags=["gridshift", "placed", f"site:{placed.site}", HEARTBEAT_TAG],
+            parameters={"policy_path": policy_path, "plan": False, "nominal_start": nominal.isoformat(),
+                        "planned_start": plan.start.isoformat(), "ledger_path": ledger_path, "workdir": workdir,
+                        "site": placed.site,
+                        "placement": {"site": placed.site, "start": plan.start.isoformat(),
+                                      "finish": plan.finish.isoformat(), "gpus": policy.job.gpus,
+                                      "placed_at": now.isoformat(), "carbon_g": round(plan.carbon_g, 4),
+                                      "reasons": list(placed.reasons)}},
+        )
     return SubmittedRun(flow_run_id=str(run.id), deployment=target, placement=placed)

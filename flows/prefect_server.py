@@ -144,38 +144,41 @@ class TemporaryServer:
             log.close()
             sock.close()  # the server holds its own copy
 
-    def wait_ready(self, timeout_s: float, *, on_wait: Callable[[], None] | None = None,
-                   client: "httpx.Client | None" = None) -> float:
+    def wait_ready(self, timeout_s: float, *, on_wait: Callable[[float], None] | None = None,
+                   every_s: float = 5.0, client: "httpx.Client | None" = None) -> float:
         """Block until the server answers its health check; returns the seconds waited.
 
-        ``on_wait`` is called once if the server is not up at the first check (to tell the user).
-        Raises :class:`PrefectServerError` if the process exits or ``timeout_s`` passes.
+        ``on_wait(seconds waited)`` is called every ``every_s`` while the server is not up (progress
+        for the user: a first start on a loaded machine can take a minute). Raises
+        :class:`PrefectServerError` if the process exits or ``timeout_s`` passes.
         """
         import httpx
 
-        assert self._proc is not None, "start() first"
+        proc = self._proc  # stop() may clear it meanwhile (the wait can run in a thread of its own)
+        assert proc is not None, "start() first"
         t0 = time.monotonic()
-        told = False
+        next_note = t0 + every_s
         own = client is None
         # the socket listens from the start: a request waits in its backlog until the app serves
         http = client or httpx.Client(timeout=httpx.Timeout(5.0, connect=1.0))
         try:
             while True:
-                if self._proc.poll() is not None:
-                    raise PrefectServerError(f"the temporary Prefect server exited with code {self._proc.returncode} "
+                if proc.poll() is not None:
+                    raise PrefectServerError(f"the temporary Prefect server exited with code {proc.returncode} "
                                              f"before it was ready (its log: {self.log_path})")
                 try:
                     if http.get(f"{self.api_url}/health").status_code == 200:
                         return time.monotonic() - t0
                 except httpx.HTTPError:
                     pass
-                if time.monotonic() - t0 > timeout_s:
+                now = time.monotonic()
+                if now - t0 > timeout_s:
                     raise PrefectServerError(f"the temporary Prefect server did not start within {timeout_s:.0f} s "
                                              f"(its log: {self.log_path}); a running server can be used instead: "
                                              "`prefect server start` and set PREFECT_API_URL")
-                if not told and on_wait is not None:
-                    on_wait()
-                    told = True
+                if on_wait is not None and now >= next_note:
+                    on_wait(now - t0)
+                    next_note = now + every_s
                 time.sleep(0.05)  # polling another process's readiness
         finally:
             if own:

@@ -6,8 +6,10 @@ the job has run (its measurements would have nowhere to go). Checked here, in th
 
 1. the policy file, with every check of :mod:`scheduler.policy_checks` (exit 2);
 2. the ``-- CMD`` override's program and the ``--backend`` override's name (exit 2);
-3. ``$GRIDSHIFT_HOME`` (the ledger) and the carbon cache below it can be written (exit 3);
-4. a Prefect server named by ``PREFECT_API_URL`` answers (exit 3).
+3. ``backend: nvidia`` (or ``--backend nvidia``): the driver answers and sees a GPU, in the words
+   of ``gridshift gpu status`` (exit 3);
+4. ``$GRIDSHIFT_HOME`` (the ledger) and the carbon cache below it can be written (exit 3);
+5. a Prefect server named by ``PREFECT_API_URL`` answers (exit 3).
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from pathlib import Path
 from typing import Sequence
 
 from flows.sources import carbon_cache_dir
-from scheduler.ledger import gridshift_home
+from scheduler.ledger import gridshift_home, private_dir
 from scheduler.policy import Policy
 from scheduler.policy_checks import backend_problem, command_problem
 from scheduler.policy_io import load_policy
 
 __all__ = ["PreflightError", "BadRunInput", "EnvironmentNotReady", "preflight_run", "writable_dir_problem",
-           "prefect_api_problem"]
+           "prefect_api_problem", "nvidia_problem"]
 
 
 class PreflightError(Exception):
@@ -44,7 +46,7 @@ def writable_dir_problem(path: Path) -> str | None:
     """Why files cannot be created in ``path`` (created when missing), or None. Tries for real:
     permission bits say nothing for root or on read-only mounts."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)  # the ledger's home, and the cache below it: the user's own (scheduler.ledger)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".gridshift-write-check-"):
             pass
     except OSError as exc:
@@ -65,6 +67,22 @@ def prefect_api_problem(url: str, timeout_s: float = 3.0) -> str | None:
     return None
 
 
+def nvidia_problem() -> str | None:
+    """Why the NVIDIA backend cannot open (no driver, no GPU visible), in ``gridshift gpu status``'s
+    words, or None. Reads only: no journal is replayed and nothing is changed (the run does that)."""
+    from backends.errors import BackendError
+    from backends.nvidia import NvidiaBackend
+
+    backend = NvidiaBackend(recover=False, per_rank=False)
+    try:
+        backend.devices
+    except BackendError as exc:
+        return str(exc)
+    finally:
+        backend.close()
+    return None
+
+
 def preflight_run(policy_path: str | Path, *, command: Sequence[str] | None = None,
                   backend: str | None = None) -> Policy:
     """Check everything a run needs before Prefect starts; return the loaded policy.
@@ -79,6 +97,8 @@ def preflight_run(policy_path: str | Path, *, command: Sequence[str] | None = No
             raise BadRunInput(f"command after '--': {message}")
     if backend is not None and (message := backend_problem(backend)):
         raise BadRunInput(f"--backend: {message}")
+    if (backend or policy.backend.name) == "nvidia" and (message := nvidia_problem()):
+        raise EnvironmentNotReady(message)
     for folder, what in ((gridshift_home(), "the run ledger"), (carbon_cache_dir(), "the carbon cache")):
         if message := writable_dir_problem(folder):
             raise EnvironmentNotReady(f"{message}: {what} lives there; set GRIDSHIFT_HOME to a writable folder")

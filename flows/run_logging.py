@@ -6,7 +6,7 @@
 - Prefect's own records (engine states, task runs, client and server notes): to the run's log file
   only, unless ``verbose`` (``gridshift run -v``) shows them on the terminal too.
 
-The log file (``$GRIDSHIFT_HOME/logs/<run id>.log``) gets every record, with time, level and logger,
+The log file (``$GRIDSHIFT_HOME/logs/<run id>.log``, 0600 in a 0700 folder) gets every record, with time, level and logger,
 and the temporary Prefect server's output; the newest :data:`KEEP_LOGS` files are kept.
 
 Records are told apart without touching the code that makes them: Prefect's come from files inside
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from flows.job import OUTPUT_THREAD_NAME
-from scheduler.ledger import gridshift_home
+from scheduler.ledger import gridshift_home, private_dir, private_file
 
 __all__ = ["KEEP_LOGS", "logs_dir", "run_logging"]
 
@@ -113,9 +113,10 @@ def run_logging(log_path: Path, *, verbose: bool = False, stream: IO[str] | None
     root = logging.getLogger()
     to_file: logging.Handler | None
     try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(log_path.parent)
         _prune(log_path.parent, KEEP_LOGS - 1)
-        to_file = logging.FileHandler(log_path, encoding="utf-8")
+        # 0600: the job's output and its environment's paths are the user's (scheduler.ledger)
+        to_file = logging.FileHandler(private_file(log_path), encoding="utf-8")
     except OSError:
         to_file = None
     console = _ConsoleHandler(stream if stream is not None else sys.stderr, verbose)

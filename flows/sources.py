@@ -6,13 +6,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from carbon.archive import ForecastArchive
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers import get_provider
 from carbon.providers.base import Provider
 from scheduler.ledger import gridshift_home
 from scheduler.policy import CarbonSource, Policy
 
-__all__ = ["carbon_cache_dir", "monitor_for", "provider_for"]
+__all__ = ["carbon_cache_dir", "forecast_archive_path", "monitor_for", "provider_for"]
 
 
 def provider_for(source: CarbonSource) -> Provider:
@@ -38,9 +39,14 @@ def carbon_cache_dir() -> Path:
     return gridshift_home() / "carbon-cache"
 
 
+def forecast_archive_path() -> Path:
+    """Where every forecast gridshift receives or computes is kept: ``$GRIDSHIFT_HOME/forecasts.sqlite``."""
+    return gridshift_home() / "forecasts.sqlite"
+
+
 def monitor_for(policy: Policy) -> CarbonMonitor:
     chain = [policy.carbon, *policy.carbon.fallbacks]
     specs = [SourceSpec(label=_label(s), build=(lambda s=s: provider_for(s)), options=_identity(s)) for s in chain]
     return CarbonMonitor(specs, forecast_horizon=timedelta(seconds=policy.carbon.forecast_horizon_s),
                          max_staleness=timedelta(seconds=policy.carbon.max_staleness_s),
-                         cache_dir=carbon_cache_dir())
+                         cache_dir=carbon_cache_dir(), archive=ForecastArchive(forecast_archive_path()))

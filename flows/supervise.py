@@ -32,11 +32,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from backends.base import Backend
 from backends.errors import NoPermission
-from backends.types import Capabilities
+from backends.types import Applied, Capabilities
 from carbon.monitor import CarbonMonitor, Reading
 from flows.job import JobHandle
 from flows.mode_file import ModeFileChannel, mode_batch_sizes
 from flows.progress import WorkTracker, progress_file_reader
+from flows.span_settings import hardware_settings
 from plans.profile_store import PowerProfile
 from scheduler.auto_power import FINGERPRINT_ENV, GPU_MODEL_ENV, PROFILE_DIR_ENV, choose_power_limit
 from scheduler.clock_plans import CLOCK_PLAN_ENV, ModePlan
@@ -46,7 +47,7 @@ from scheduler.mode_figures import limit_modes
 from scheduler.planner import ModeFigures, RunPlan
 from scheduler.planning import plan_policy_job, plans_with_planner
 from scheduler.policy import Mode, Policy
-from scheduler.report import ModeSpan, RunWindow, joules_to_grams
+from scheduler.report import ModeSpan, RunWindow, SpanSetting, joules_to_grams, settings_phrase
 
 __all__ = ["PROGRESS_ENV", "RESUME_ENV", "STOPPED_EXIT_CODES", "SupervisedRun", "progress_file_reader", "supervise"]
 
@@ -103,21 +104,21 @@ class _Modes:
         self.plans = dict(clock_plans or {})
         self.power_profile, self.fingerprint, self.profile_dir = power_profile, fingerprint, profile_dir
         self.meter = backend.meter()
-        self.job_plan: ModePlan | None = None
         self.applied_once = False
         self.mode = ""
         self.since = now()
         self.described = ""
+        self.detail: tuple[SpanSetting, ...] = ()
         self.reason = ""
 
     def job_env(self, mode: str) -> dict[str, str]:
         """The environment a job started in ``mode`` gets (mode, batch size, clock plan, profiles)."""
         policy = self.policy
-        self.job_plan = self.plans.get(mode)
+        job_plan = self.plans.get(mode)
         env = {"GRIDSHIFT_MODE": mode, **self.channel.job_env(mode)}
-        if self.job_plan is not None:
-            env[CLOCK_PLAN_ENV] = str(self.job_plan.path)
-            self.run.extra["clock_plan"] = self.job_plan.to_json()
+        if job_plan is not None:
+            env[CLOCK_PLAN_ENV] = str(job_plan.path)
+            self.run.extra["clock_plan"] = job_plan.to_json()
         any_auto_power = any(x.power_limit_select is not None for x in policy.modes.values())
         if any_auto_power:
             # so the job's PowerLimitCallback saves its profile exactly where the next run looks
@@ -131,9 +132,10 @@ class _Modes:
         """Hand GPU control to the job when its in-process executor or PowerLimitCallback needs it."""
         any_auto_power = any(x.power_limit_select is not None for x in self.policy.modes.values())
         delegate = getattr(self.backend, "delegate_control", None)  # backends whose journal can cover the job's changes
-        if self.control and delegate is not None and (self.job_plan is not None or any_auto_power):
+        # any mode's plan: the job swaps plans itself when the mode file announces a new mode
+        if self.control and delegate is not None and (self.plans or any_auto_power):
             # the job's in-process executor / PowerLimitCallback would otherwise find the GPU held by us
-            return dict(delegate(power=any_auto_power, sm_clock=self.job_plan is not None))
+            return dict(delegate(power=any_auto_power, sm_clock=bool(self.plans)))
         return {}
 
     def enter(self, mode: str, reason: str) -> None:
@@ -153,16 +155,13 @@ class _Modes:
                                                       "reason": choice.reason, "profile_found": self.power_profile is not None})
             if choice.warning and choice.warning not in run.warnings:
                 run.warnings.append(choice.warning)
-        plan, job_plan = self.plans.get(mode), self.job_plan
-        if plan is not None and plan is job_plan:
+        plan = self.plans.get(mode)
+        if plan is not None:  # the job runs it (its result file confirms that, in label_spans)
             notes.append(plan.describe())
-        elif plan is not None:  # the job learnt its plan at start; a subprocess's env cannot change
-            notes.append(f"clock plan {plan.path.name} not applied: the job reads {CLOCK_PLAN_ENV} at start")
-        elif job_plan is not None:
-            notes.append(f"the job's clock plan {job_plan.path.name} (mode {job_plan.mode}) keeps running in-process")
+        applied: Applied | None = None
         if self.control and not self.applied_once and not self.policy.backend.require_control:
             try:
-                described = self.backend.apply(settings).describe()
+                applied = self.backend.apply(settings)
             except NoPermission as exc:
                 # another run claimed the GPU between the flow's probe and this first apply: nothing
                 # was changed yet, so run measure-only rather than fail before the job
@@ -170,12 +169,16 @@ class _Modes:
                 note = f"cannot change GPU settings ({exc}); running measure-only"
                 self.log(f"warning: {note}")
                 run.warnings.append(note)
-                described = f"measure-only (would apply {settings.describe()})"
         elif self.control:
-            described = self.backend.apply(settings).describe()
-        else:
-            described = f"measure-only (would apply {settings.describe()})"
+            applied = self.backend.apply(settings)
         self.applied_once = True
+        self.detail = hardware_settings(settings, applied, not_applied="measure-only", measured=self.caps.measured)
+        if self.detail:
+            described = settings_phrase(self.detail)
+        elif applied is not None:
+            described = f"GPU settings as found ({applied.in_force.describe()})"
+        else:
+            described = "measure-only (GPU settings as found)"
         if notes:
             described += " [" + "; ".join(notes) + "]"
         self.log(f"mode {mode}: {described}")
@@ -190,7 +193,8 @@ class _Modes:
         if g is None:
             g = reading.current.g_per_kwh
         span = ModeSpan(mode=self.mode, start=self.since, end=end, reason=self.reason, settings=self.described,
-                        energy_j=window.energy_j, g_per_kwh=g, carbon_g=joules_to_grams(window.energy_j, g))
+                        energy_j=window.energy_j, g_per_kwh=g, carbon_g=joules_to_grams(window.energy_j, g),
+                        settings_detail=self.detail)
         run.spans.append(span)
         return span
 
@@ -237,13 +241,16 @@ def supervise(
     away: then the run returns with ``next_window`` set, for the caller to schedule.
 
     ``clock_plans`` (checked by :func:`scheduler.clock_plans.load_clock_plans`): the first mode's
-    plan goes to the job in ``GRIDSHIFT_CLOCK_PLAN``, for its in-process executor. ``power_profile``:
-    the stored profile that ``power_limit_select`` modes choose their limit from. ``mode_file``: the
-    job's batch sizes and the mode file written at every mode change (default: the policy's batch
-    sizes, no files); each span reports the batch size the job really had (:mod:`flows.mode_file`).
+    plan goes to the job in ``GRIDSHIFT_CLOCK_PLAN``, later modes' in the mode file (``mode_file``
+    must be built with the same plans), for the job's :class:`plans.clock_runner.ClockPlanRunner`.
+    ``power_profile``: the stored profile that ``power_limit_select`` modes choose their limit from.
+    ``mode_file``: the job's batch sizes and the mode file written at every mode change (default:
+    the policy's batch sizes, no files); each span says who applied each setting and whether it was
+    confirmed (:mod:`flows.span_settings`).
     """
     run = out if out is not None else SupervisedRun()
-    channel = mode_file if mode_file is not None else ModeFileChannel(None, mode_batch_sizes(policy, None))
+    channel = mode_file if mode_file is not None else ModeFileChannel(
+        None, mode_batch_sizes(policy, None), {m: p.path for m, p in (clock_plans or {}).items()})
     spans_before = len(run.spans)
     try:
         if first_reading.source not in run.sources:
@@ -434,13 +441,34 @@ def _run_window(policy: Policy, modes: _Modes, plan: RunPlan, mode: str, *, resu
                 handle.kill()
             run.tail = handle.tail
         modes.close()
+        work_s = max(tracker.done_s - work_before, 0.0)
+        if measured and not modes.backend.measured:
+            run.spans[spans_before:] = _on_the_models_clock(run.spans[spans_before:], work_s, tracker.figures)
         spans = run.spans[spans_before:]
         run.windows.append(RunWindow(start=window_start, end=now(), ended_by=ended, exit_code=rc,
                                      energy_j=sum(s.energy_j for s in spans), carbon_g=sum(s.carbon_g for s in spans),
-                                     work_s=max(tracker.done_s - work_before, 0.0), work_measured=measured))
+                                     work_s=work_s, work_measured=measured))
     if ended == "exit":
         run.exit_code = rc
     return ended
+
+
+def _on_the_models_clock(spans: list[ModeSpan], work_s: float, figures: Mapping[str, ModeFigures]) -> list[ModeSpan]:
+    """A modelled GPU's spans with their energy over the modelled time of the work the job reported
+    (``work_s`` reference seconds, each mode at its modelled speed), not over wall time.
+
+    A simulated GPU integrates its modelled power over wall time, and wall time grows with the host's
+    load: the same job measured 1094-2373 J on a busy machine. With progress reports the work done
+    is known, so the model alone sets the figure; without them wall time is the only measure of work
+    and the spans stay as metered.
+    """
+    if any(s.mode not in figures for s in spans):
+        return spans  # a mode the planner had no figures for: no modelled speed to put it on
+    paced_s = sum((s.end - s.start).total_seconds() * figures[s.mode].speed for s in spans)
+    if paced_s <= 0 or work_s <= 0:  # nothing reported done yet: no evidence of the work, keep the meter's
+        return spans
+    k = work_s / paced_s  # modelled time / wall time, the same in every span of the window
+    return [replace(s, energy_j=s.energy_j * k, carbon_g=s.carbon_g * k) for s in spans]
 
 
 def _plan_json(plan: RunPlan) -> dict[str, Any]:

@@ -124,12 +124,11 @@ def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: Car
     trial = begin_trial(policy, fingerprint, caps, ledger_path=ledger_path, run_id=run_id, measured=backend.measured)
     if trial is not None:
         logger.info("batch size %d (%s): %s", trial.proposal.batch_size, trial.proposal.phase, trial.proposal.reason)
-    channel = ModeFileChannel(progress_path.parent, mode_batch_sizes(policy, trial.proposal.batch_size if trial else None))
+    channel = ModeFileChannel(progress_path.parent, mode_batch_sizes(policy, trial.proposal.batch_size if trial else None),
+                              {m: p.path for m, p in (clock_plans or {}).items()})
     watched: list[CostWatchedJob] = []
     argv = command or policy.job.command
-    pausable = policy.job.checkpointable and bool(argv)
-    if policy.job.checkpointable and not argv:
-        out.warnings.append("job.checkpointable: an in-process callable cannot be stopped and resumed; it runs without pauses")
+    pausable = policy.job.checkpointable and bool(argv)  # the loader refuses a checkpointable callable
     # a checkpointable job gets its grace period to write the checkpoint; others the usual one
     grace = {"kill_grace_s": policy.job.stop_grace_s} if pausable else {}
 
@@ -313,8 +312,10 @@ def carbon_aware_training(
         if control.warning:
             logger.warning(control.warning)
             warnings.append(control.warning)
-        if not backend.measured:
-            logger.warning("backend %r is simulated: energy and carbon figures are modelled, not measured", backend.name)
+        if not backend.measured:  # in the report too: --json readers see no stderr
+            note = f"backend {backend.name!r} is simulated: energy and carbon figures are modelled, not measured"
+            logger.warning(note)
+            warnings.append(note)
         figures = policy_figures(policy, backend=backend, profile=power_profile, policy_path=policy_path)
         started = run.windows[0].start if run.windows else _utcnow()
         # under a deployment a long pause is a Scheduled flow run, not a worker sleeping through it
@@ -375,6 +376,9 @@ def carbon_aware_training(
         warnings.append(late_warning)
     energy_j = run.energy_j
     extra = {**(report_extra or {}), **run.extra}
+    fused = [n for n in reading.notes if n.startswith("forecast:fused")]
+    if fused:  # the forecast the plans stood on, and its record, in one sentence
+        extra["forecast"] = fused[0]
     if raised is not None:  # so the CLI can map e.g. a GPU lost mid-run to its exit code
         extra["error_type"] = f"{type(raised).__module__}:{type(raised).__qualname__}"
     if paused:

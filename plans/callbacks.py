@@ -1,4 +1,4 @@
-"""Drive power-limit profiling and limit changes from a training loop, at step boundaries.
+"""Drive power-limit profiling and limit changes, and gridshift's clock plans, from a training loop.
 
 Plain PyTorch (or any loop)::
 
@@ -22,6 +22,14 @@ is initialised: energy summed over ranks, time the slowest rank's (the arithmeti
 :func:`plans.power_limit.combine_ranks`); the stored profile then says ``world_size`` = the number
 of ranks, and only rank 0 writes it. Or pass ``combine=`` yourself.
 
+Clock plans: :func:`hf_clock_plan_callback` and :func:`lightning_clock_plan_callback` run the plan
+gridshift hands the job (``GRIDSHIFT_CLOCK_PLAN``), swap it when the mode file announces a new mode,
+and report what ran in the result file, through :class:`plans.clock_runner.ClockPlanRunner` (a plain
+PyTorch loop uses :func:`plans.clock_runner.run_clock_plan`)::
+
+    Trainer(..., callbacks=[hf_clock_plan_callback()])
+    pl.Trainer(..., callbacks=[lightning_clock_plan_callback()])
+
 The Hugging Face Trainer and Lightning adapters import their framework only when called, so this
 module imports neither torch nor transformers.
 """
@@ -33,6 +41,7 @@ from typing import Any, Callable
 from backends.base import Backend
 from backends.meter import EnergyMeter
 from backends.types import Settings
+from plans.clock_runner import ClockPlanRunner
 from plans.errors import BadProfile
 from plans.power_limit import (
     BeginWindow,
@@ -50,7 +59,8 @@ from plans.power_limit import (
 )
 from plans.profile_store import PowerProfile, ProfileStore
 
-__all__ = ["PowerLimitCallback", "hf_callback", "lightning_callback", "torch_distributed_combine"]
+__all__ = ["PowerLimitCallback", "hf_callback", "hf_clock_plan_callback", "lightning_callback",
+           "lightning_clock_plan_callback", "torch_distributed_combine"]
 
 
 def torch_distributed_combine() -> tuple[Callable[[Measured], Measured], int, int] | None:
@@ -257,3 +267,70 @@ def lightning_callback(cb: PowerLimitCallback) -> Any:
             cb.on_train_end()
 
     return _PL()
+
+
+def hf_clock_plan_callback(runner: ClockPlanRunner | None = None) -> Any:
+    """A ``transformers.TrainerCallback`` that runs gridshift's clock plan (needs the ``hf`` extra).
+
+    ``runner`` defaults to :meth:`ClockPlanRunner.from_env` (dry run under
+    ``GRIDSHIFT_NVML_READ_ONLY=1``), built at train start; the callback's ``runner`` attribute holds it.
+    Phases are hooked on the Trainer's model and optimizer; the mode file is read at step begins.
+    """
+    from transformers import TrainerCallback  # lazy: optional dependency
+
+    class _HFClockPlan(TrainerCallback):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            self.runner = runner
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                           **kw: Any) -> None:
+            if self.runner is None:
+                self.runner = ClockPlanRunner.from_env()
+            self.runner.start()
+            if model is not None:
+                self.runner.attach(model, optimizer, steps_from_forward=False)
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.runner is not None:
+                self.runner.on_step_begin()
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.runner is not None:
+                self.runner.close()
+
+    return _HFClockPlan()
+
+
+def lightning_clock_plan_callback(runner: ClockPlanRunner | None = None) -> Any:
+    """A Lightning ``Callback`` that runs gridshift's clock plan (``lightning`` or ``pytorch_lightning``).
+
+    As :func:`hf_clock_plan_callback`; the plan stops (its clock lock undone) when training ends or fails.
+    """
+    try:
+        from lightning.pytorch import Callback  # lazy: optional dependency
+    except ImportError:
+        from pytorch_lightning import Callback  # type: ignore[no-redef]
+
+    class _PLClockPlan(Callback):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            self.runner = runner
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            if self.runner is None:
+                self.runner = ClockPlanRunner.from_env()
+            optimizers = list(getattr(trainer, "optimizers", None) or [])
+            self.runner.start().attach(pl_module, optimizers[0] if optimizers else None, steps_from_forward=False)
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, *a: Any) -> None:
+            if self.runner is not None:
+                self.runner.on_step_begin()
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            if self.runner is not None:
+                self.runner.close()
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            if self.runner is not None:
+                self.runner.close()
+
+    return _PLClockPlan()

@@ -1,16 +1,21 @@
 """The files a training job and gridshift share while the job runs, and the job's side of them.
 
-gridshift gives the job three environment variables (all optional for the job to use):
+gridshift gives the job these environment variables (all optional for the job to use):
 
 - ``GRIDSHIFT_BATCH_SIZE``: the batch size to start with (the mode's, or the optimiser's proposal
   when the mode says ``batch_size: auto``);
+- ``GRIDSHIFT_CLOCK_PLAN``: the clock plan file of the mode the job starts in (absent: none);
 - ``GRIDSHIFT_MODE_FILE``: a JSON file that gridshift replaces atomically whenever the mode changes
-  (``{"version": 1, "seq": 0, "mode": "speed", "batch_size": 256, "since": ISO-8601, "reason": ...}``;
-  ``seq`` counts the changes from 0, ``batch_size`` is null when the mode sets none);
+  (``{"version": 1, "seq": 0, "mode": "speed", "batch_size": 256, "clock_plan": null, "since":
+  ISO-8601, "reason": ...}``; ``seq`` counts the changes from 0, ``batch_size`` and ``clock_plan``
+  are null when the mode sets none);
 - ``GRIDSHIFT_RESULT_FILE``: where the job writes its outcome, one JSON object (see :class:`JobResult`),
   replaced atomically each time it is written. gridshift reads it after the job ends: ``reached``
-  feeds the batch-size optimiser, ``batch_sizes`` (the job's acknowledgements of mode changes) is
-  what the report says the job ran with.
+  feeds the batch-size optimiser; ``batch_sizes`` and ``clock_plans`` (what the job says it did
+  after each mode announcement) are the only confirmation a report gives of the job's settings.
+
+Clock plans are run by :class:`plans.clock_runner.ClockPlanRunner` (the shipped callbacks and the
+``run_clock_plan`` helper), which reports through the same :class:`GridshiftJob`.
 
 A job uses them through :class:`GridshiftJob`::
 
@@ -42,6 +47,8 @@ from plans.errors import BadJobFile
 
 __all__ = [
     "BATCH_SIZE_ENV",
+    "CLOCK_PLAN_ENV",
+    "ClockPlanRun",
     "MODE_FILE_ENV",
     "RESULT_FILE_ENV",
     "BatchSizeAck",
@@ -55,6 +62,8 @@ __all__ = [
 ]
 
 BATCH_SIZE_ENV = "GRIDSHIFT_BATCH_SIZE"
+#: the clock plan file of the mode the job starts in; later modes' plans come in the mode file
+CLOCK_PLAN_ENV = "GRIDSHIFT_CLOCK_PLAN"
 MODE_FILE_ENV = "GRIDSHIFT_MODE_FILE"
 RESULT_FILE_ENV = "GRIDSHIFT_RESULT_FILE"
 
@@ -81,10 +90,11 @@ class ModeAnnouncement:
     batch_size: int | None
     since: str
     reason: str = ""
+    clock_plan: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, "seq": self.seq, "mode": self.mode, "batch_size": self.batch_size,
-                "since": self.since, "reason": self.reason}
+                "clock_plan": self.clock_plan, "since": self.since, "reason": self.reason}
 
 
 class _ModeFileModel(BaseModel):
@@ -94,6 +104,7 @@ class _ModeFileModel(BaseModel):
     seq: int = Field(ge=0)
     mode: str
     batch_size: int | None = Field(default=None, gt=0)
+    clock_plan: str | None = None
     since: str
     reason: str = ""
 
@@ -132,7 +143,8 @@ def read_mode_file(path: Path) -> ModeAnnouncement | None:
         m = _ModeFileModel.model_validate(raw)
     except ValidationError as exc:
         raise _one_line(path, exc) from None
-    return ModeAnnouncement(seq=m.seq, mode=m.mode, batch_size=m.batch_size, since=m.since, reason=m.reason)
+    return ModeAnnouncement(seq=m.seq, mode=m.mode, batch_size=m.batch_size, since=m.since, reason=m.reason,
+                            clock_plan=m.clock_plan)
 
 
 class BatchSizeAck(BaseModel):
@@ -143,6 +155,21 @@ class BatchSizeAck(BaseModel):
     mode_seq: int = Field(ge=0, description="seq of the mode announcement the job acted on")
     batch_size: int = Field(gt=0, description="the batch size the job runs with from then on")
     epoch: float | None = Field(default=None, ge=0, description="the epoch boundary where it switched")
+
+
+class ClockPlanRun(BaseModel):
+    """The clock plan the job ran after reading mode announcement ``mode_seq`` (``plan`` None: none,
+    its lock undone), with the executor's counts while it ran."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode_seq: int = Field(ge=0, description="seq of the mode announcement the job acted on")
+    plan: str | None = Field(default=None, description="the plan file run from then on; null: no plan")
+    step: int | None = Field(default=None, ge=0, description="the training step where it took effect")
+    switches: int = Field(default=0, ge=0, description="clock calls made under this plan (locks and the final reset)")
+    errors: int = Field(default=0, ge=0, description="clock calls that failed")
+    last_error: str = ""
+    dry_run: bool = Field(default=False, description="the calls were logged, not sent to the GPU")
 
 
 class JobResult(BaseModel):
@@ -161,6 +188,7 @@ class JobResult(BaseModel):
     metric: float | None = Field(default=None, description="the target metric's last value")
     metric_name: str | None = Field(default=None, description="what metric is, e.g. 'val_loss'")
     batch_sizes: tuple[BatchSizeAck, ...] = Field(default=(), description="acknowledged mode changes, in order")
+    clock_plans: tuple[ClockPlanRun, ...] = Field(default=(), description="clock plans run, in order")
 
 
 def read_result_file(path: Path) -> JobResult | None:
@@ -178,15 +206,21 @@ class GridshiftJob:
     """The training job's side: the start batch size, mode changes, acknowledgements and the result.
 
     Every method is a no-op when gridshift did not set the variables, so the same script runs
-    standalone.
+    standalone. One object per process: each write replaces the whole result file, so the batch-size
+    acknowledgements, the clock plan runs (pass this object to the clock plan runner) and the
+    outcome must all come from it.
     """
 
-    def __init__(self, *, batch_size: int | None, mode_file: Path | None, result_file: Path | None) -> None:
+    def __init__(self, *, batch_size: int | None, mode_file: Path | None, result_file: Path | None,
+                 clock_plan: Path | None = None) -> None:
         self._batch_size = batch_size
         self.mode_file = mode_file
         self.result_file = result_file
+        self.clock_plan = clock_plan
         self._seen_seq = -1
         self._acks: list[BatchSizeAck] = []
+        self._plans: tuple[ClockPlanRun, ...] = ()
+        self._outcome: dict[str, Any] = {}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "GridshiftJob":
@@ -198,8 +232,10 @@ class GridshiftJob:
             raise BadJobFile(f"{BATCH_SIZE_ENV}={raw!r}: not an integer") from None
         mode_file = env.get(MODE_FILE_ENV) or None
         result_file = env.get(RESULT_FILE_ENV) or None
+        clock_plan = env.get(CLOCK_PLAN_ENV) or None
         return cls(batch_size=batch_size, mode_file=Path(mode_file) if mode_file else None,
-                   result_file=Path(result_file) if result_file else None)
+                   result_file=Path(result_file) if result_file else None,
+                   clock_plan=Path(clock_plan) if clock_plan else None)
 
     def start_batch_size(self, default: int) -> int:
         """``GRIDSHIFT_BATCH_SIZE``, or ``default`` when gridshift sets none."""
@@ -219,14 +255,21 @@ class GridshiftJob:
     def acknowledge(self, announcement: ModeAnnouncement, batch_size: int, *, epoch: float | None = None) -> None:
         """Tell gridshift the job runs with ``batch_size`` since ``announcement`` (written at once)."""
         self._acks.append(BatchSizeAck(mode_seq=announcement.seq, batch_size=batch_size, epoch=epoch))
-        self._write(JobResult(batch_sizes=tuple(self._acks)))
+        self._write()
+
+    def report_clock_plans(self, runs: tuple[ClockPlanRun, ...]) -> None:
+        """Tell gridshift which clock plans the job has run so far, with their counts (written at once)."""
+        self._plans = runs
+        self._write()
 
     def finish(self, *, reached: bool | None, epochs: float | None = None, steps: int | None = None,
                metric: float | None = None, metric_name: str | None = None) -> None:
         """Write the outcome (call once, at the end of training)."""
-        self._write(JobResult(reached=reached, epochs=epochs, steps=steps, metric=metric, metric_name=metric_name,
-                              batch_sizes=tuple(self._acks)))
+        self._outcome = {"reached": reached, "epochs": epochs, "steps": steps, "metric": metric,
+                         "metric_name": metric_name}
+        self._write()
 
-    def _write(self, result: JobResult) -> None:
+    def _write(self) -> None:
         if self.result_file is not None:
+            result = JobResult(**self._outcome, batch_sizes=tuple(self._acks), clock_plans=self._plans)
             write_json_atomically(self.result_file, result.model_dump(mode="json", exclude_none=True))

@@ -18,8 +18,9 @@ ranks combine as in Zeus: energy summed, time maxed (:func:`combine_ranks`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-from typing import Callable, Literal, Sequence, Union
+from typing import Any, Callable, Literal, Sequence, Union
 
 from plans.errors import BadProfile
 
@@ -41,7 +42,10 @@ __all__ = [
     "Action",
     "PowerLimitProfiler",
     "combine_ranks",
+    "figure_problem",
     "local_limit_search",
+    "MAX_POWER_W",
+    "MAX_SLOWDOWN",
 ]
 
 
@@ -54,12 +58,33 @@ class LimitMeasurement:
     energy_per_step_j: float
 
     def __post_init__(self) -> None:
-        if not (self.time_per_step_s > 0 and self.energy_per_step_j >= 0 and self.power_limit_w > 0):
+        # isfinite: NaN fails no comparison and infinity passes them all
+        if not (all(math.isfinite(v) for v in (self.power_limit_w, self.time_per_step_s, self.energy_per_step_j))
+                and self.time_per_step_s > 0 and self.energy_per_step_j >= 0 and self.power_limit_w > 0):
             raise BadProfile(f"implausible measurement at {self.power_limit_w} W: {self.time_per_step_s} s, {self.energy_per_step_j} J")
 
     @property
     def avg_power_w(self) -> float:
         return self.energy_per_step_j / self.time_per_step_s
+
+
+#: the largest figures a mode may have: a mode 100x slower than the reference is a mistake, not a
+#: mode, and 100 kW is more than any one node draws (a power of 1e300 W or a slowdown of 1e300
+#: would pass "positive" and overflow the planner)
+MAX_SLOWDOWN = 100.0
+MAX_POWER_W = 100_000.0
+
+
+def figure_problem(value: Any, *, name: str, most: float) -> str | None:
+    """Why ``value`` is not a usable figure ``name``: not a number, not finite, not positive, or
+    above ``most``; None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name} must be a number, got {value!r}"
+    if not math.isfinite(value) or value <= 0:
+        return f"{name} must be a positive finite number, got {value!r}"
+    if value > most:
+        return f"{name} {value:g} is implausible (at most {most:g})"
+    return None
 
 
 # -- states -------------------------------------------------------------------------------------

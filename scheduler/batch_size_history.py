@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from carbon.sqlite_file import connect_wal
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Proposal, Trial
 from scheduler.errors import LedgerError
-from scheduler.ledger import gridshift_home
+from scheduler.ledger import gridshift_home, private_dir, private_file
 from scheduler.policy import BatchSizeSearch
-from scheduler.sqlite_file import connect_wal
 
 __all__ = ["BatchSizeHistory", "BSO_SCHEMA_VERSION", "LEARNT_OUTCOMES", "OUTCOMES", "batch_size_config",
            "early_stop_cost"]
@@ -73,8 +73,11 @@ _COLUMNS = ("trial_id", "job", "fingerprint", "batch_size", "status", "outcome",
 
 
 def batch_size_config(search: BatchSizeSearch) -> BatchSizeConfig:
-    """The optimiser's configuration for a policy's ``job.batch_size_search``."""
-    return BatchSizeConfig(batch_sizes=search.sizes, default_batch_size=search.default)
+    """The optimiser's configuration for a policy's ``job.batch_size_search``: the same optimiser,
+    priors and horizon as ``gridshift bench zeus-trace`` measures; ``beta`` is the policy's (None:
+    runs are never stopped)."""
+    return BatchSizeConfig(batch_sizes=search.sizes, default_batch_size=search.default,
+                           beta=math.inf if search.beta is None else search.beta)
 
 
 def early_stop_cost(history: Sequence[Trial], beta: float | None) -> float:
@@ -94,8 +97,8 @@ class BatchSizeHistory:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else gridshift_home() / "ledger.sqlite3"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = connect_wal(self.path, isolation_level=None)
+            private_dir(self.path.parent)
+            self._db = connect_wal(private_file(self.path), isolation_level=None)  # the ledger's file: 0600
             self._migrate()
         except sqlite3.Error as exc:
             raise LedgerError(f"{self.path}: cannot open the batch-size history: {exc}") from None

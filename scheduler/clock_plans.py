@@ -1,8 +1,9 @@
 """Clock plans named by policy modes (``clock_plan: path``): load and check them before a job starts.
 
 The flow does not execute a plan: its job is a subprocess, and clock switches must happen at phase
-boundaries inside the training loop. The training code runs :class:`plans.dvfs.executor.PlanExecutor`
-(it finds the plan in ``GRIDSHIFT_CLOCK_PLAN``); the flow checks the file early, so a bad plan is bad
+boundaries inside the training loop. The job runs it with :class:`plans.clock_runner.ClockPlanRunner`
+(the shipped callbacks and helper: the first plan from ``GRIDSHIFT_CLOCK_PLAN``, later ones from the
+mode file) and reports what it ran in its result file; the flow checks the file early, so a bad plan is bad
 input (exit 2) and not a surprise hours into a deferred run, and records which plan applied and what
 it is predicted to save (always modelled).
 """
@@ -16,13 +17,12 @@ from typing import Any
 from backends.types import Capabilities
 from plans.dvfs.errors import PlanFileError
 from plans.dvfs.plan_file import ClockPlan, load_mode_plan
+from plans.job_protocol import CLOCK_PLAN_ENV
 from scheduler.errors import PolicyError
 from scheduler.policy import Policy
 
 __all__ = ["CLOCK_PLAN_ENV", "ModePlan", "load_clock_plans", "load_mode_clock_plan"]
 
-#: the environment variable through which the training process learns its mode's plan file
-CLOCK_PLAN_ENV = "GRIDSHIFT_CLOCK_PLAN"
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ModePlan:
     def describe(self) -> str:
         p = self.plan.prediction
         return (f"clock plan {self.path.name} (modelled: energy {p.energy_change_pct:+.1f}%, "
-                f"time {p.time_change_pct:+.1f}% per step; applied in-process by PlanExecutor)")
+                f"time {p.time_change_pct:+.1f}% per step)")
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan.prediction
@@ -49,7 +49,8 @@ class ModePlan:
             "predicted_energy_saving_pct": -p.energy_change_pct,
             "predicted_slowdown_pct": p.time_change_pct,
             "modelled": True,
-            "executed_by": "training process (plans.dvfs.executor.PlanExecutor, GRIDSHIFT_CLOCK_PLAN)",
+            "executed_by": "the job (plans.clock_runner.ClockPlanRunner, GRIDSHIFT_CLOCK_PLAN); "
+                           "confirmed only by the job's result file (see each span's settings_detail)",
         }
 
 

@@ -2,6 +2,13 @@
 
 Location: ``$GRIDSHIFT_HOME/ledger.sqlite3`` (default ``~/.local/share/gridshift``). The schema is
 versioned; migrations are explicit and run on open.
+
+The ledger says what ran where, when and how it ended (a failed job's error includes its last output
+line, which is what makes the error actionable in ``gridshift runs`` and usually names the
+exception; the rest of the job's output is in the run's log file, not here). Both can name paths,
+hosts and whatever a job prints, so the home folder is created 0700 and the ledger (with SQLite's
+``-wal``/``-shm`` files, which take the database's mode) and the logs are 0600: see
+:func:`private_dir` and :func:`private_file`.
 """
 
 from __future__ import annotations
@@ -12,10 +19,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from carbon.sqlite_file import connect_wal
 from scheduler.errors import LedgerError
-from scheduler.sqlite_file import connect_wal
 
-__all__ = ["gridshift_home", "Ledger", "LEDGER_SCHEMA_VERSION"]
+__all__ = ["gridshift_home", "Ledger", "LEDGER_SCHEMA_VERSION", "private_dir", "private_file"]
 
 LEDGER_SCHEMA_VERSION = 1
 
@@ -27,6 +34,25 @@ def gridshift_home() -> Path:
         return Path(env).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "gridshift"
+
+
+def private_dir(path: Path) -> Path:
+    """``path``, created 0700 when missing (with its missing parents); an existing folder keeps its
+    mode: its owner may share it on purpose."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """``path``, created 0600 when missing, before SQLite or logging create it with the umask's mode
+    (0644 by default); an existing file readable by others (an older gridshift's) is made 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return path
 
 
 _MIGRATIONS: dict[int, str] = {
@@ -54,8 +80,8 @@ class Ledger:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else gridshift_home() / "ledger.sqlite3"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = connect_wal(self.path)
+            private_dir(self.path.parent)
+            self._db = connect_wal(private_file(self.path))
             self._migrate()
         except sqlite3.Error as exc:
             raise LedgerError(f"{self.path}: cannot open the run ledger: {exc}") from None

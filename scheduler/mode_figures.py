@@ -4,9 +4,10 @@ In order of preference:
 
 1. a **measured power-limit profile**: what ``PowerLimitCallback`` stores (``plans.profile_store``
    JSON), a Zeus-format CSV (``start_time, window_name, elapsed_time, gpu<i>_energy``; one row per
-   limit ``__GlobalPowerLimitOptimizer_<W>``, every row the same work), or the simulator's own
-   ``{"modes": {name: {"power_w", "slowdown"}}}`` file. Every measured limit may be a candidate
-   mode (``limit_<W>w``), besides the policy's own modes;
+   limit ``__GlobalPowerLimitOptimizer_<W>``, every row the same work). Every measured limit may
+   be a candidate mode (``limit_<W>w``), besides the policy's own modes; or a
+   ``{"modes": {name: {"power_w", "slowdown"}}}`` file: *modelled* when gridshift wrote it
+   (``"modelled": true``), else *declared* (typed by hand), never measured;
 2. a mode's **DVFS plan** (``clock_plan``): its predicted energy and time against the default clocks;
 3. the **backend's model** (``operating_point``/``slowdown``), the last resort.
 
@@ -17,18 +18,23 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from plans.errors import BadProfile
+from plans.power_limit import MAX_POWER_W, MAX_SLOWDOWN, figure_problem
 from plans.profile_store import PowerProfile
 from scheduler.errors import PolicyError
 from scheduler.planner import ModeFigures
 from scheduler.policy import Mode, Policy
 
-__all__ = ["LimitPoint", "figures_for_policy", "limit_modes", "read_limit_profile", "read_zeus_csv"]
+__all__ = ["DECLARED", "LimitPoint", "figures_for_policy", "limit_modes", "read_limit_profile", "read_zeus_csv"]
+
+#: how figures typed by hand (a ``{"modes": ...}`` file) are labelled: neither measured nor modelled
+DECLARED = "declared"
 
 _ZEUS_WINDOW = re.compile(r"__GlobalPowerLimitOptimizer_(\d+(?:\.\d+)?)$")
 
@@ -65,8 +71,8 @@ def read_zeus_csv(path: str | Path) -> tuple[list[LimitPoint], int]:
             e = sum(float(row[k]) for k in energy_cols)
         except (TypeError, ValueError):
             raise PolicyError(f"{where}:{line}: elapsed_time and gpu energies must be numbers") from None
-        if t <= 0 or e <= 0:
-            raise PolicyError(f"{where}:{line}: elapsed_time and energy must be positive")
+        if not (math.isfinite(t) and math.isfinite(e) and t > 0 and e > 0):  # float() reads 'nan' and 'inf'
+            raise PolicyError(f"{where}:{line}: elapsed_time and energy must be positive finite numbers")
         out.append(LimitPoint(float(m.group(1)), e / t, t))
     if not out:
         raise PolicyError(f"{where}: no __GlobalPowerLimitOptimizer_<W> rows")
@@ -87,22 +93,53 @@ def read_limit_profile(profile: str | Path | dict[str, Any]) -> tuple[list[Limit
     label = Path(profile).name if isinstance(profile, (str, Path)) else "profile"
     if isinstance(profile, (str, Path)) and str(profile).lower().endswith(".csv"):
         return read_zeus_csv(profile)[0], None, label
+    text = ""
     if isinstance(profile, dict):
         data = profile
     else:
         try:
-            data = json.loads(Path(profile).read_text(encoding="utf-8"))
+            text = Path(profile).read_text(encoding="utf-8")
+            data = json.loads(text)
         except (OSError, ValueError) as exc:
             raise PolicyError(f"{profile}: cannot read profile: {exc}") from None
+    where = str(profile) if text else label
     if isinstance(data, dict) and "measurements" in data:
         try:
             return _from_power_profile(PowerProfile.from_json(data)), None, label
         except BadProfile as exc:
-            raise PolicyError(f"{label}: {exc}") from None
+            raise PolicyError(f"{where}: {exc}") from None
     if isinstance(data, dict) and isinstance(data.get("modes"), dict):
+        _check_mode_table(data["modes"], where, text)
         return None, data, label
     raise PolicyError(f"{label}: not a profile: expected a Zeus CSV, a stored power-limit profile (measurements) "
                       "or {'modes': {name: {power_w, slowdown}}}")
+
+
+def _check_mode_table(modes: dict[str, Any], where: str, text: str) -> None:
+    """Every mode of a ``{"modes": ...}`` table has a usable ``power_w`` and ``slowdown``; else a
+    PolicyError at ``file:line`` (the line found in ``text``, the file as read; none for a dict)."""
+    for name, fig in modes.items():
+        if not isinstance(fig, dict):
+            raise PolicyError(f"{_at(where, text, (name,))}: modes.{name}: needs power_w and slowdown")
+        for key, most in (("power_w", MAX_POWER_W), ("slowdown", MAX_SLOWDOWN)):
+            if message := figure_problem(fig.get(key), name=key, most=most):
+                raise PolicyError(f"{_at(where, text, (name, key))}: modes.{name}.{key}: {message}")
+
+
+def _at(where: str, text: str, loc: tuple[str, ...]) -> str:
+    """``where:line`` of ``modes.<loc>`` in the JSON ``text`` (JSON is YAML, so PyYAML's node
+    positions give the line; NaN and Infinity are plain scalars there), or ``where`` alone."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader) if text else None
+    except yaml.YAMLError:
+        node = None
+    for key in ("modes", *loc):
+        if not isinstance(node, yaml.MappingNode):
+            return where
+        node = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+    return f"{where}:{node.start_mark.line + 1}" if node is not None else where
 
 
 def _interp(points: list[LimitPoint], limit_w: float) -> tuple[float, float, bool]:
@@ -177,15 +214,12 @@ def figures_for_policy(policy: Policy, *, caps: Any = None, backend: Any = None,
     # raw (power W, time factor, source, measured) per mode; time factors normalised at the end
     raw: dict[str, tuple[float, float, str, bool]] = {}
     if mode_table is not None:
+        # a table is gridshift's own model output ("modelled": true, with its source) or typed by hand:
+        # never a measurement, whatever it claims
+        modelled = mode_table.get("modelled") is True
+        source = str(mode_table.get("source", f"model {label}")) if modelled else f"{DECLARED} in {label}"
         for name, fig in mode_table["modes"].items():
-            try:
-                p, s = float(fig["power_w"]), float(fig["slowdown"])
-            except (KeyError, TypeError, ValueError):
-                raise PolicyError(f"{label}: modes.{name}: needs numeric power_w and slowdown") from None
-            if p <= 0 or s <= 0:
-                raise PolicyError(f"{label}: modes.{name}: power_w and slowdown must be positive")
-            measured = not bool(mode_table.get("modelled", False))
-            raw[name] = (p, s, str(mode_table.get("source", f"profile {label}")), measured)
+            raw[name] = (float(fig["power_w"]), float(fig["slowdown"]), source, False)
     if points is not None:
         max_limit = max(p.power_limit_w for p in points)
         if caps is not None and caps.power_limit_range_w:

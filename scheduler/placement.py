@@ -7,8 +7,9 @@ used there) and only at times the site's node has the GPUs free: ``bookings`` ar
 placed (start, end, GPUs); times where they leave fewer than the job's GPUs free are priced out of
 the site's forecast, so the planner plans around them (and, where it cannot, the start moves past
 them). The plans are then compared on the
-planner's own objective (carbon + price of time); a feasible plan beats an infeasible one, price
-breaks ties, then the order of the sites in the policy. The result says why, with each site's plan
+planner's own objective (carbon + price of time); a feasible plan beats an infeasible one, the
+sooner start, then price break ties, then the order of the sites in the policy. Without a deadline
+(a run meant to start now) the sooner start comes first and carbon second. The result says why, with each site's plan
 and the forecast it was made on.
 """
 
@@ -207,10 +208,14 @@ def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], mod
     if not usable:
         raise ValueError("no site can run the job: " + "; ".join(p.reason for p in plans))
 
-    def rank(p: SitePlan) -> tuple[bool, float, float, int]:
+    def rank(p: SitePlan) -> tuple[bool, float, float, float, int]:
         assert p.plan is not None
         value = round(objective_value(p.plan, now, objective), 6)
-        return (not p.plan.feasible, value, price[p.site] if price[p.site] is not None else 0.0, order[p.site])
+        # without a deadline the run is meant to start now: the site whose GPUs free up first wins, so
+        # no run waits for a busy node while another has a GPU free; with one, carbon decides first
+        soonest = (p.plan.start - now).total_seconds()
+        first, second = (soonest, value) if deadline is None else (value, soonest)
+        return (not p.plan.feasible, first, second, price[p.site] if price[p.site] is not None else 0.0, order[p.site])
 
     best = min(usable, key=rank)
     assert best.plan is not None
@@ -220,8 +225,13 @@ def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], mod
         runner_up = min(others, key=rank)
         assert runner_up.plan is not None
         saved = runner_up.plan.carbon_g - best.plan.carbon_g
-        reasons[0] += (f": {saved:.1f} g CO2 less than the best plan at {runner_up.site}"
-                       if saved > 0 else f": as clean as {runner_up.site} and cheaper or listed first")
+        sooner_s = (runner_up.plan.start - best.plan.start).total_seconds()
+        if deadline is None and sooner_s > 0:
+            reasons[0] += f": starts {sooner_s:.0f} s sooner than at {runner_up.site}, whose GPUs are taken until then"
+        elif saved > 0:
+            reasons[0] += f": {saved:.1f} g CO2 less than the best plan at {runner_up.site}"
+        else:
+            reasons[0] += f": as clean as {runner_up.site} and cheaper or listed first"
     reasons += [p.reason for p in plans]
     return Placement(site=best.site, plan=best.plan, sites=tuple(plans), reasons=tuple(reasons))
 

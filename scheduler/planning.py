@@ -20,16 +20,31 @@ from typing import Any, Sequence
 from carbon.series import IntensitySeries
 from scheduler.decide import Decision, decide
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, plan_run
-from scheduler.policy import PlanRule, Policy
+from scheduler.cron import next_runs
+from scheduler.policy import JobSpec, PlanRule, Policy
 from scheduler.service import PlannedRun, nominal_runs
 
-__all__ = ["StartChoice", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints", "plans_with_planner",
-           "policy_figures", "run_key"]
+__all__ = ["StartChoice", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
+           "plans_with_planner", "policy_figures", "run_key"]
 
 
 def run_key(policy: Policy, nominal: datetime) -> str:
     """Stable id of one occurrence of the job (job store id and Prefect idempotency key)."""
     return f"{policy.job.name}@{nominal:%Y%m%dT%H%MZ}"
+
+
+def occurrence_for(job: JobSpec, fired: datetime) -> datetime:
+    """The nominal time a planning run that fired at ``fired`` plans for: the first occurrence of
+    ``job.cron`` (in ``job.timezone``) at or after it.
+
+    The deployment fires at the earliest start, a wall-clock shift of the cron
+    (``flows.deploy.planning_cron``), or at the cron itself when no shift fits the day; on a day the
+    clocks change, or with the cron unshifted, ``fired - earliest_start_s`` would name another time.
+    Without a cron (a run started by hand from a one-off policy) it is ``fired - earliest_start_s``.
+    """
+    if job.cron is None:
+        return fired - timedelta(seconds=min(job.earliest_start_s, 0.0))
+    return next_runs(job.cron, fired, 1, tz=job.timezone)[0]
 
 
 def plans_with_planner(policy: Policy) -> bool:
@@ -170,7 +185,7 @@ def plan_runs(policy: Policy, series: IntensitySeries, *, now: datetime, horizon
         figures = policy_figures(policy)
     out: list[PlannedRun] = []
     for nominal in nominal_runs(job.cron, now, earliest_start_s=job.earliest_start_s,
-                                deadline_s=job.deadline_s or job.expected_duration_s, horizon=horizon):
+                                deadline_s=job.deadline_s or job.expected_duration_s, horizon=horizon, tz=job.timezone):
         d = plan_start(policy, series, nominal=nominal, now=now, figures=figures)
         out.append(PlannedRun(key=run_key(policy, nominal), run_at=d.start_at,
                               kwargs={**(extra or {}), "nominal_start": nominal.isoformat(),

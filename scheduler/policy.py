@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
 __all__ = [
     "SCHEMA_VERSION",
+    "CHECKPOINTABLE_CALLABLE",
     "Strict",
     "CarbonSource",
     "CarbonConfig",
@@ -31,6 +32,11 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+
+#: why a checkpointable job must be a command (schema, loader and ``policy check`` say it alike)
+CHECKPOINTABLE_CALLABLE = ("checkpointable needs job.command: a job.callable runs inside gridshift's process, "
+                           "so it cannot be stopped at a planned pause and resumed (run it as a command, or "
+                           "set checkpointable: false)")
 
 
 class Strict(BaseModel):
@@ -199,7 +205,9 @@ class JobSpec(Strict):
     expected_duration_s: float = Field(gt=0, description="how long the job takes in speed mode")
     earliest_start_s: float = Field(default=0.0, description="earliest start, seconds after the nominal start (may be negative for recurring jobs)")
     deadline_s: float | None = Field(default=None, gt=0, description="the job must finish this many seconds after the nominal start")
-    cron: str | None = Field(default=None, description="recurrence for deployments and simulation, e.g. '0 1 * * *' (UTC)")
+    cron: str | None = Field(default=None, description="recurrence for deployments, serve and simulation, read as Prefect reads it "
+                                                       "(five fields, day of week 0 or 7 = Sunday), e.g. '0 1 * * 1-5', in job.timezone")
+    timezone: str = Field(default="UTC", min_length=1, description="IANA time zone the cron is read in, e.g. 'Europe/London' (default UTC)")
     checkpointable: bool = Field(default=False, description="the job can stop and resume, so it may be split across green slots")
     resume_overhead_s: float = Field(default=0.0, ge=0, description="extra speed-mode seconds of work each resume costs (reload, warm-up)")
     stop_grace_s: float = Field(default=60.0, gt=0, description="a checkpointable job gets this long after SIGTERM to write its checkpoint before SIGKILL")
@@ -217,22 +225,40 @@ class JobSpec(Strict):
             return tuple(shlex.split(v))
         return tuple(v) if isinstance(v, list) else v  # the loader validates strictly: a list is not a tuple there
 
-    @field_validator("callable")
+    # The rules between fields are field validators reading the fields validated before them
+    # (``info.data``), not one model validator: pydantic runs a model validator only when every field
+    # is valid, so one wrong type would hide them (issue 22: every error in one pass).
+    @field_validator("command")
     @classmethod
-    def _callable_form(cls, v: str | None) -> str | None:
-        if v is not None and (":" not in v or not all(v.partition(":")[::2])):
-            raise ValueError("callable must look like 'package.module:function'")
+    def _not_empty(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is not None and len(v) == 0:
+            raise ValueError("command must not be empty")
         return v
 
-    @model_validator(mode="after")
-    def _what_to_run(self) -> "JobSpec":
-        if self.command is not None and self.callable is not None:
+    @field_validator("callable")
+    @classmethod
+    def _callable_form(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and (":" not in v or not all(v.partition(":")[::2])):
+            raise ValueError("callable must look like 'package.module:function'")
+        if v is not None and info.data.get("command") is not None:
             raise ValueError("give either command or callable, not both")
-        if self.command is not None and len(self.command) == 0:
-            raise ValueError("command must not be empty")
-        if self.deadline_s is not None and self.deadline_s < self.earliest_start_s + self.expected_duration_s:
+        return v
+
+    @field_validator("deadline_s")
+    @classmethod
+    def _room(cls, v: float | None, info: ValidationInfo) -> float | None:
+        duration, earliest = info.data.get("expected_duration_s"), info.data.get("earliest_start_s")
+        if v is not None and duration is not None and earliest is not None and v < earliest + duration:
             raise ValueError("deadline_s leaves no room: it must be at least earliest_start_s + expected_duration_s")
-        return self
+        return v
+
+    @field_validator("checkpointable")
+    @classmethod
+    def _stoppable(cls, v: bool, info: ValidationInfo) -> bool:
+        # a callable runs in gridshift's own process: nothing can stop it at a planned pause and resume it
+        if v and info.data.get("callable") is not None:
+            raise ValueError(CHECKPOINTABLE_CALLABLE)
+        return v
 
 
 class BackendConfig(Strict):
@@ -270,11 +296,17 @@ class Policy(Strict):
     backend: BackendConfig = Field(default_factory=BackendConfig)
     sites: tuple[Site, ...] = Field(default=(), description="where the job may run; empty: wherever it is started")
 
+    @field_validator("modes")
+    @classmethod
+    def _required_modes(cls, v: dict[str, Mode]) -> dict[str, Mode]:
+        # a field validator, so a wrong type elsewhere does not hide it
+        missing = [name for name in ("speed", "efficiency") if name not in v]
+        if missing:
+            raise ValueError(f"modes must define {' and '.join(repr(m) for m in missing)}")
+        return v
+
     @model_validator(mode="after")
     def _modes_exist(self) -> "Policy":
-        for required in ("speed", "efficiency"):
-            if required not in self.modes:
-                raise ValueError(f"modes must define '{required}'")
         for which in ("clean_mode", "dirty_mode"):
             if message := unknown_mode_message(which, getattr(self.rules, which), self.modes):
                 raise ValueError(message)

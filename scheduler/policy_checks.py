@@ -3,14 +3,15 @@
 Run by :func:`scheduler.policy_io.parse_policy` after the schema, so ``gridshift policy check`` and
 ``gridshift run`` (before Prefect starts) stop on a misspelt provider, an option the provider does
 not take, a trace file that is missing or unreadable, an unknown country, an unknown backend, a cron
-expression that is not one, a job command or working directory that does not exist, a clock plan
-that cannot be loaded, or a ``job.callable`` whose module cannot be found - instead of failing at
-run time, hours into a deferred night.
+expression or time zone that is not one, a job with nothing to run, a job command or working
+directory that does not exist, a clock plan that cannot be loaded, or a ``job.callable`` whose
+module cannot be found - instead of failing at run time, hours into a deferred night.
 
-Each check returns :class:`Problem` values with the dotted location of the offending key or value;
-``policy_io`` turns the location into ``file:line:col``. Relative paths have already been resolved
-against the policy file's folder (``policy_io.resolve_policy_paths``); ``base_dir`` is that folder,
-the job's default working directory. Nothing here constructs a provider or a backend, or imports
+The checks run on every piece that can be read, whether or not the rest of the file passed the
+schema, so one mistake never hides another. Each returns :class:`Problem` values with the dotted
+location of the offending key or value; ``policy_io`` turns the location into ``file:line:col``.
+Relative paths have already been resolved against the policy file's folder; ``base_dir`` is that
+folder, the job's default working directory. Nothing here constructs a provider or a backend, or imports
 the user's code.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -27,10 +29,11 @@ from typing import Any, Mapping, Sequence
 
 from carbon.errors import CarbonError
 from carbon.providers.registry import provider_names, provider_option_names
+from scheduler.cron import cron_problem, timezone_problem  # re-exported: the cron is read in one place
 from scheduler.did_you_mean import did_you_mean
-from scheduler.policy import BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Policy, unknown_mode_message
+from scheduler.policy import CarbonSource, JobSpec, Mode, unknown_mode_message
 
-__all__ = ["Problem", "policy_problems", "section_problems", "carbon_source_problems", "callable_problems",
+__all__ = ["NOTHING_TO_RUN", "Problem", "section_problems", "carbon_source_problems", "callable_problems",
            "backend_problem", "cron_problem", "command_problem", "job_cwd"]
 
 
@@ -44,32 +47,26 @@ class Problem:
     at_key: bool = False
 
 
-def policy_problems(policy: Policy, base_dir: Path | None = None) -> list[Problem]:
-    """Every problem of a policy that passed the schema."""
-    return section_problems(carbon=policy.carbon, modes=policy.modes, job=policy.job, backend=policy.backend,
-                            base_dir=base_dir)
-
-
-def section_problems(*, carbon: CarbonConfig | None = None, modes: Mapping[str, Mode] | None = None,
-                     job: JobSpec | None = None, backend: BackendConfig | None = None,
-                     base_dir: Path | None = None, rule_modes: Mapping[str, str] | None = None,
-                     mode_names: Sequence[str] = ()) -> list[Problem]:
-    """The problems of whichever sections are given (a section that failed the schema is left out,
-    so a file with a schema error still gets its other sections checked). ``rule_modes`` (``{"clean_mode":
-    name, ...}``) are checked against ``mode_names`` only when given: a valid policy's schema checked them."""
+def section_problems(*, sources: Sequence[tuple[tuple[str | int, ...], CarbonSource]] = (),
+                     modes: Mapping[str, Mode] | None = None, job: Mapping[str, Any] | None = None,
+                     backend_name: Any = None, base_dir: Path | None = None,
+                     rule_modes: Mapping[str, str] | None = None, mode_names: Sequence[str] = ()) -> list[Problem]:
+    """The problems of each piece of a policy that can be read, whether or not the rest passed the
+    schema: ``sources`` are the carbon sources (primary and fallbacks) that passed it, each with its
+    location; ``modes`` the modes that did; ``job`` the job section as written (each check reads its
+    own keys, when they have the right type); ``backend_name`` as written. ``rule_modes``
+    (``{"clean_mode": name, ...}``) are checked against ``mode_names``."""
     problems: list[Problem] = []
     for which, name in (rule_modes or {}).items():
         if message := unknown_mode_message(which, name, list(mode_names)):
             problems.append(Problem(("rules", which), message))
-    if carbon is not None:
-        problems += carbon_source_problems(carbon, ("carbon",))
-        for i, source in enumerate(carbon.fallbacks):
-            problems += carbon_source_problems(source, ("carbon", "fallbacks", i))
+    for loc, source in sources:
+        problems += carbon_source_problems(source, loc)
     for name, mode in (modes or {}).items():
         problems += _clock_plan_problems(name, mode)
     if job is not None:
         problems += _job_problems(job, base_dir)
-    if backend is not None and (message := backend_problem(backend.name)):
+    if isinstance(backend_name, str) and (message := backend_problem(backend_name)):
         problems.append(Problem(("backend", "name"), message))
     return problems
 
@@ -168,18 +165,6 @@ def backend_problem(name: str) -> str | None:
     return f"unknown backend {name!r}{did_you_mean(name, known)} (known: {', '.join(known)})"
 
 
-def cron_problem(cron: str) -> str | None:
-    """Why ``cron`` is not a five-field cron expression (UTC), or None."""
-    from apscheduler.triggers.cron import CronTrigger
-
-    try:
-        CronTrigger.from_crontab(cron)
-    except ValueError as exc:
-        return (f"{cron!r} is not a cron expression: {exc} (five fields: minute hour day month weekday, UTC; "
-                "e.g. '0 1 * * *' is 01:00 every day)")
-    return None
-
-
 def job_cwd(job: JobSpec, base_dir: Path | None) -> Path:
     """Where the policy's own command runs: ``job.workdir``, else the policy file's folder."""
     return Path(job.workdir) if job.workdir is not None else (base_dir or Path.cwd())
@@ -212,15 +197,42 @@ def command_problem(argv: Sequence[str], cwd: Path, env: Mapping[str, str] | Non
     return None
 
 
-def _job_problems(job: JobSpec, base_dir: Path | None) -> list[Problem]:
-    problems = callable_problems(job.callable, ("job", "callable"))
-    if job.cron is not None and (message := cron_problem(job.cron)):
+#: a job section that names nothing to run
+NOTHING_TO_RUN = "nothing to run: give job.command (the training command) or job.callable ('package.module:function')"
+
+
+def _argv(command: Any) -> tuple[str, ...] | None:
+    """``job.command`` as written (a string split like a shell would, or a list of strings), or None."""
+    if isinstance(command, str):
+        try:
+            return tuple(shlex.split(command))
+        except ValueError:  # an unbalanced quote: the schema reports it
+            return None
+    if isinstance(command, list) and all(isinstance(a, str) for a in command):
+        return tuple(command)
+    return None
+
+
+def _job_problems(job: Mapping[str, Any], base_dir: Path | None) -> list[Problem]:
+    """The job's checks, each reading its own keys as written (workdir already resolved) and skipped
+    when a value has the wrong type (the schema says so): a mistake in one key hides none of them."""
+    command, target, workdir, cron, tz = (job.get(k) for k in ("command", "callable", "workdir", "cron", "timezone"))
+    problems: list[Problem] = []
+    if command is None and target is None:
+        problems.append(Problem(("job",), NOTHING_TO_RUN, at_key=True))
+    if isinstance(target, str) and ":" in target:
+        problems += callable_problems(target, ("job", "callable"))
+    if isinstance(cron, str) and (message := cron_problem(cron)):
         problems.append(Problem(("job", "cron"), message))
-    if job.workdir is not None and not Path(job.workdir).is_dir():
-        problems.append(Problem(("job", "workdir"), f"working directory {job.workdir} does not exist"))
-    elif job.command is not None:
-        env = {**os.environ, **job.env}
-        if message := command_problem(job.command, job_cwd(job, base_dir), env):
+    if isinstance(tz, str) and (message := timezone_problem(tz)):
+        problems.append(Problem(("job", "timezone"), message))
+    env = job.get("env")
+    env = env if isinstance(env, dict) and all(isinstance(v, str) for v in env.values()) else {}
+    if isinstance(workdir, str) and not Path(workdir).is_dir():
+        problems.append(Problem(("job", "workdir"), f"working directory {workdir} does not exist"))
+    elif (argv := _argv(command)) and (workdir is None or isinstance(workdir, str)):
+        cwd = Path(workdir) if workdir is not None else (base_dir or Path.cwd())
+        if message := command_problem(argv, cwd, {**os.environ, **env}):
             problems.append(Problem(("job", "command", 0), message))
     return problems
 

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ValidationError
 
 from scheduler.did_you_mean import closest, did_you_mean
 from scheduler.errors import PolicyError
-from scheduler.policy import BackendConfig, CarbonConfig, JobSpec, Mode, Policy
-from scheduler.policy_checks import Problem, policy_problems, section_problems
+from scheduler.policy import CarbonConfig, CarbonSource, JobSpec, Mode, Policy
+from scheduler.policy_checks import Problem, section_problems
 
 __all__ = ["MAX_ISSUES", "PolicyIssue", "load_policy", "parse_policy", "policy_json_schema", "resolve_policy_paths",
            "schema_errors"]
@@ -217,16 +217,35 @@ def _problem_issue(root: yaml.Node, problem: Problem, where: str) -> PolicyIssue
     return _issue(where, node, ".".join(str(p) for p in problem.loc), problem.message)
 
 
-def _valid_sections(data: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
-    """The sections that pass the schema on their own, paths resolved, for the remaining checks."""
+def _checkable(data: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
+    """What the checks of :mod:`scheduler.policy_checks` read, taken piece by piece from the file as
+    written, so a piece that fails the schema hides no problem of another: every carbon source that
+    passes the schema on its own, every mode that does, the job and the backend name as written
+    (relative paths resolved against ``base_dir``)."""
     out: dict[str, Any] = {}
-    for key, model in (("carbon", CarbonConfig), ("job", JobSpec), ("backend", BackendConfig)):
-        try:
-            out[key] = _validate(model, data[key]) if key in data else None
-        except (ValidationError, TypeError):
-            out[key] = None
+    carbon = data.get("carbon")
+    if isinstance(carbon, dict):
+        fallbacks = carbon.get("fallbacks")
+        pieces = [(("carbon",), {k: v for k, v in carbon.items() if k in CarbonSource.model_fields})]
+        pieces += [(("carbon", "fallbacks", i), s) for i, s in enumerate(fallbacks)] if isinstance(fallbacks, list) else []
+        sources = []
+        for loc, raw in pieces:
+            try:
+                source = _validate(CarbonSource, raw)
+            except (ValidationError, TypeError):
+                continue
+            sources.append((loc, _resolve_source(source, base_dir) if base_dir is not None else source))
+        out["sources"] = sources
+    job = data.get("job")
+    if isinstance(job, dict):
+        workdir = job.get("workdir")
+        out["job"] = {**job, "workdir": str(_absolute(workdir, base_dir))} if (
+            isinstance(workdir, str) and base_dir is not None) else job
+    backend = data.get("backend")
+    if isinstance(backend, dict):
+        out["backend_name"] = backend.get("name")
     modes = data.get("modes")
-    rules = data.get("rules")
+    rules = data.get("rules", {})
     if isinstance(modes, dict) and isinstance(rules, dict):
         out["mode_names"] = [str(n) for n in modes]
         out["rule_modes"] = {w: rules.get(w, default) for w, default in (("clean_mode", "speed"), ("dirty_mode", "efficiency"))
@@ -235,16 +254,11 @@ def _valid_sections(data: dict[str, Any], base_dir: Path | None) -> dict[str, An
         good = {}
         for name, raw in modes.items():
             try:
-                good[str(name)] = _validate(Mode, raw)
+                mode = _validate(Mode, raw)
             except (ValidationError, TypeError):
-                pass
+                continue
+            good[str(name)] = _resolve_mode(mode, base_dir) if base_dir is not None else mode
         out["modes"] = good
-    if base_dir is not None:
-        if out.get("carbon") is not None:
-            out["carbon"] = _resolve_carbon(out["carbon"], base_dir)
-        if out.get("job") is not None:
-            out["job"] = _resolve_job(out["job"], base_dir)
-        out["modes"] = {n: _resolve_mode(m, base_dir) for n, m in (out.get("modes") or {}).items()}
     return out
 
 
@@ -296,22 +310,19 @@ def parse_policy(text: str, *, where: str = "<policy>", base_dir: str | Path | N
     """
     root, data = _compose(text, where)
     base = Path(base_dir).absolute() if base_dir is not None else None
+    issues: list[PolicyIssue] = []
+    policy: Policy | None = None
     try:
         policy = _validate(Policy, data)
-        policy = resolve_policy_paths(policy, base) if base is not None else policy
     except ValidationError as exc:
         issues = _schema_issues(exc, root, data, where)
-        sections = _valid_sections(data, base)
-        if any("names unknown mode" in i.message for i in issues):  # the schema got as far as the rules
-            sections.pop("rule_modes", None)
-        problems = section_problems(**sections, base_dir=base)
-    else:
-        issues = []
-        problems = policy_problems(policy, base)
-    issues += [_problem_issue(root, p, where) for p in problems]
-    if issues:
+    pieces = _checkable(data, base)
+    if any("names unknown mode" in i.message or "must define" in i.message for i in issues):
+        pieces.pop("rule_modes", None)  # the schema said it already (a missing mode is also an unknown one)
+    issues += [_problem_issue(root, p, where) for p in section_problems(**pieces, base_dir=base)]
+    if issues or policy is None:
         raise _policy_error(issues)
-    return policy
+    return resolve_policy_paths(policy, base) if base is not None else policy
 
 
 def _absolute(path: str | Path, base_dir: Path) -> Path:
@@ -319,14 +330,19 @@ def _absolute(path: str | Path, base_dir: Path) -> Path:
     return p if p.is_absolute() else base_dir / p
 
 
-def _resolve_carbon(carbon: CarbonConfig, base_dir: Path) -> CarbonConfig:
-    def one(source: Any) -> Any:
-        path = source.options.get("path")
-        if source.provider != "trace" or not isinstance(path, str):
-            return source
-        return source.model_copy(update={"options": {**source.options, "path": str(_absolute(path, base_dir))}})
+_S = TypeVar("_S", bound=CarbonSource)
 
-    return one(carbon).model_copy(update={"fallbacks": tuple(one(s) for s in carbon.fallbacks)})
+
+def _resolve_source(source: _S, base_dir: Path) -> _S:
+    path = source.options.get("path")
+    if source.provider != "trace" or not isinstance(path, str):
+        return source
+    return source.model_copy(update={"options": {**source.options, "path": str(_absolute(path, base_dir))}})
+
+
+def _resolve_carbon(carbon: CarbonConfig, base_dir: Path) -> CarbonConfig:
+    return _resolve_source(carbon, base_dir).model_copy(
+        update={"fallbacks": tuple(_resolve_source(s, base_dir) for s in carbon.fallbacks)})
 
 
 def _resolve_job(job: JobSpec, base_dir: Path) -> JobSpec:
@@ -366,11 +382,16 @@ def policy_json_schema() -> str:
 
     pydantic's schema, plus what the loader accepts or requires that pydantic cannot see in the
     models' types: the string form of ``command`` and the single-integer ``sm_clock_mhz`` (both
-    converted by validators), ``kind`` being required to pick a rule, the two required modes, and
-    the keys that exclude each other. What no JSON schema can say (one number below another, a mode
-    named by a rule existing, files existing) is left to ``gridshift policy check``;
+    converted by validators), ``kind`` being required to pick a rule, the two required modes, the
+    keys that exclude each other, a job's command or callable (and a checkpointable job's command),
+    the known carbon providers and the cron's five fields. What no JSON schema can say (one number
+    below another, a mode named by a rule existing, files existing, a cron's values, a time zone,
+    a backend plugin) is left to ``gridshift policy check``;
     ``tests/scheduler/test_schema_agrees_with_loader.py`` lists those cases.
     """
+    from backends.registry import backend_names
+    from carbon.providers.registry import provider_names
+
     schema = Policy.model_json_schema()
     defs = schema["$defs"]
     job = defs["JobSpec"]
@@ -380,7 +401,15 @@ def policy_json_schema() -> str:
         {"type": "null"},
     ]
     job["properties"]["callable"]["anyOf"][0]["pattern"] = "^[^:]+:[\\s\\S]+$"
-    job["not"] = _both_given("command", "callable")
+    job["properties"]["cron"]["anyOf"][0]["pattern"] = "^\\s*\\S+(\\s+\\S+){4}\\s*$"  # five fields
+    # something to run, not both; and a checkpointable job is a command (a callable cannot be paused)
+    job["anyOf"] = [_given("command"), _given("callable")]
+    job["not"] = {"anyOf": [_both_given("command", "callable"),
+                            {"required": ["checkpointable", "callable"],
+                             "properties": {"checkpointable": {"const": True}, "callable": {"type": "string"}}}]}
+    for source in ("CarbonSource", "CarbonConfig"):  # the providers are a closed set; backends are plugins
+        defs[source]["properties"]["provider"]["enum"] = provider_names()
+    defs["BackendConfig"]["properties"]["name"]["examples"] = ["auto", *backend_names()]
     mode = defs["Mode"]
     mode["properties"]["sm_clock_mhz"]["anyOf"].insert(0, {"type": "integer"})
     mode["not"] = {"anyOf": [_both_given("power_limit_w", "power_limit_fraction"),
@@ -392,6 +421,11 @@ def policy_json_schema() -> str:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gridshift policy"
     return json.dumps(schema, indent=2, sort_keys=True)
+
+
+def _given(key: str) -> dict[str, Any]:
+    """A JSON-schema clause matching an object that gives ``key`` as a non-null value."""
+    return {"required": [key], "properties": {key: {"not": {"type": "null"}}}}
 
 
 def _both_given(a: str, b: str) -> dict[str, Any]:

@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-__all__ = ["ModeSpan", "RunReport", "RunWindow", "REPORT_VERSION", "deadline_miss", "joules_to_grams"]
+__all__ = ["ModeSpan", "RunReport", "RunWindow", "REPORT_VERSION", "SpanSetting", "deadline_miss", "joules_to_grams",
+           "settings_phrase"]
 
 REPORT_VERSION = 1
 
@@ -46,8 +47,55 @@ class _TimedJson:
         return cls(**{**d, "start": datetime.fromisoformat(d["start"]), "end": datetime.fromisoformat(d["end"])})
 
 
+_SETTING_WORDS = {"power_limit_w": ("power limit", " W"), "sm_clock_mhz": ("SM clock", " MHz"),
+                  "mem_clock_mhz": ("memory clock", " MHz"), "batch_size": ("batch size", ""),
+                  "clock_plan": ("clock plan", "")}
+
+
+@dataclass(frozen=True)
+class SpanSetting:
+    """One setting of a mode span: its value, who applies it, and whether that was confirmed.
+
+    ``applied_by``: ``"gridshift"`` (through the backend: power limits, static clock locks) or
+    ``"job"`` (handed to the training process, which applies it: batch sizes, clock plans).
+    ``confirmed``: gridshift read the value back from the device, or the job said so in its result
+    file; anything else is a request, not a fact. ``how``: the evidence, or why there is none.
+    ``value``: W for ``power_limit_w``, MHz for the clocks (``[lo, hi]`` for an SM clock range), an
+    integer batch size, a plan file name (None: the job runs no plan).
+    """
+
+    name: str
+    value: float | int | str | list[int] | None
+    applied_by: str
+    confirmed: bool
+    how: str
+
+    def phrase(self) -> str:
+        """One plain phrase, e.g. ``batch size 64 (handed to the job, not confirmed)``."""
+        label, unit = _SETTING_WORDS.get(self.name, (self.name, ""))
+        if isinstance(self.value, list):
+            lo, hi = self.value
+            value = f"{lo}-{hi}" if lo != hi else str(lo)
+        elif isinstance(self.value, float):
+            value = f"{self.value:.0f}"
+        else:
+            value = "none" if self.value is None else str(self.value)
+        return f"{label} {value}{unit if self.value is not None else ''} ({self.how})"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def settings_phrase(settings: tuple[SpanSetting, ...] | list[SpanSetting]) -> str:
+    """The human report's words for a span's settings: one phrase per setting, "; "-separated."""
+    return "; ".join(s.phrase() for s in settings)
+
+
 @dataclass(frozen=True)
 class ModeSpan(_TimedJson):
+    """One stretch of a run in one mode. ``settings`` is the plain phrase of the human report;
+    ``settings_detail`` the same settings structured (:class:`SpanSetting`), for ``--json``."""
+
     mode: str
     start: datetime
     end: datetime
@@ -56,6 +104,18 @@ class ModeSpan(_TimedJson):
     energy_j: float = 0.0
     g_per_kwh: float | None = None
     carbon_g: float = 0.0
+    settings_detail: tuple[SpanSetting, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        d = super().to_json()
+        d["settings_detail"] = [s.to_json() for s in self.settings_detail]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ModeSpan":
+        detail = tuple(SpanSetting(**s) for s in d.get("settings_detail", ()))
+        return cls(**{**d, "start": datetime.fromisoformat(d["start"]), "end": datetime.fromisoformat(d["end"]),
+                      "settings_detail": detail})
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ Guarantees (one row per run key in the SQLite table ``gridshift_serve_runs``):
 
 Why not APScheduler's job store (what this used to be): its scheduler reads the wall clock itself,
 drops a date job from the store when it *submits* it (a crash before the trigger lost the night),
-and its misfire grace is one fixed span rather than each run's own deadline.
+and its misfire grace is one fixed span rather than each run's own deadline. Its ``CronTrigger`` also
+reads day-of-week numbers from Monday = 0, where Prefect's deployment reads Sunday = 0; the nominal
+times come from :mod:`scheduler.cron`, which reads ``job.cron`` (in ``job.timezone``) as Prefect does.
 """
 
 from __future__ import annotations
@@ -354,10 +356,12 @@ def latest_start(nominal: datetime, *, deadline_s: float | None, work_s: float) 
     return nominal + timedelta(seconds=deadline_s - work_s)
 
 
-def nominal_runs(cron: str, now: datetime, *, earliest_start_s: float, deadline_s: float, horizon: timedelta) -> list[datetime]:
-    """Nominal times whose window ``[nominal + earliest, nominal + deadline]`` is still open and starts within ``horizon``."""
+def nominal_runs(cron: str, now: datetime, *, earliest_start_s: float, deadline_s: float, horizon: timedelta,
+                 tz: str = "UTC") -> list[datetime]:
+    """Nominal times (``cron`` read in time zone ``tz``, as Prefect reads it) whose window
+    ``[nominal + earliest, nominal + deadline]`` is still open and starts within ``horizon``."""
     from scheduler.cron import cron_occurrences
 
     lo = now - timedelta(seconds=deadline_s)
     hi = now + horizon - timedelta(seconds=min(earliest_start_s, 0.0))
-    return [n for n in cron_occurrences(cron, lo, hi) if n + timedelta(seconds=deadline_s) > now]
+    return [n for n in cron_occurrences(cron, lo, hi, tz=tz) if n + timedelta(seconds=deadline_s) > now]

@@ -6,7 +6,11 @@ A :class:`GridForecaster` answers "standing at grid index ``i``, what do you exp
 - :class:`DailyProfileForecaster` (the default): past data only, through the flow's own forecaster
   :func:`carbon.forecast.daily_profile` on the trace's grid (one forecaster for flow and simulator);
 - :class:`IssuedForecaster`: an archive of forecasts as issued: at each decision the newest
-  forecast issued at or before it (``simulate --forecast-file``);
+  forecast issued at or before it (``simulate --forecast-file --forecast issued``);
+- :class:`FusedForecaster` (``simulate --forecast-file``): the archive, the history forecast and the
+  latest observation fused by :mod:`carbon.fusion` on the nights before each decision, with the
+  do-no-harm start gate (:func:`carbon.skill.trusts_start`) that :func:`simulation.simulate.simulate`
+  asks before choosing a start;
 - :class:`NoisyTraceForecaster`: the real future plus autocorrelated multiplicative noise of
   relative size ``error``, for "what if my provider's forecast is X % off";
 - :class:`PerfectForecaster`: the real future (the oracle).
@@ -16,14 +20,17 @@ Index ``i`` itself is observed: every forecaster returns the true value there.
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
 from carbon.forecast import FIT_DAYS, PROFILE_DAYS, daily_profile
+from carbon.fusion import FusionFit, Hindcast, apply_fusion, fit_fusion
 from carbon.issued import IssuedForecasts
+from carbon.skill import MIN_NIGHTS, ForecastSkill, Night, StartWindow, night_scores, start_gain_share, trusts_start
 
-__all__ = ["GridForecaster", "DailyProfileForecaster", "IssuedForecaster", "NoisyTraceForecaster", "PerfectForecaster"]
+__all__ = ["GridForecaster", "DailyProfileForecaster", "FusedForecaster", "IssuedForecaster", "NoisyTraceForecaster",
+           "PerfectForecaster", "StartGate"]
 
 
 class GridForecaster(Protocol):
@@ -101,13 +108,14 @@ class IssuedForecaster:
         self.step_s = step_s
         self.fallback = DailyProfileForecaster(step_s=step_s)
 
-    def _issued(self, now_index: int, n: int) -> np.ndarray:
+    def as_issued(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
+        """The archive alone at indices ``now_index ..``, now included (what it had said for now); NaN where no issue covers."""
         at = self.origin_s + now_index * self.step_s
         got = self.issued.on_grid(at, at, self.step_s, n)
         return np.full(n, np.nan) if got is None else np.array(got, dtype=float)
 
     def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
-        out = self._issued(now_index, n)
+        out = self.as_issued(values, now_index, n)
         missing = np.isnan(out)
         if missing.any():
             out[missing] = self.fallback.forecast(values, now_index, n)[missing]
@@ -118,6 +126,116 @@ class IssuedForecaster:
         """Share of the steps ahead the archive covered, over ``(decision index, steps incl. now)`` asks."""
         covered = total = 0
         for i, n in asks:
-            covered += int(np.count_nonzero(~np.isnan(self._issued(i, n)[1:])))
+            covered += int(np.count_nonzero(~np.isnan(self.as_issued(np.empty(0), i, n)[1:])))
             total += max(n - 1, 0)
         return covered / total if total else 0.0
+
+
+InputForecast = Callable[[np.ndarray, int, int], np.ndarray]
+
+
+@runtime_checkable
+class StartGate(Protocol):
+    """A forecaster that can say whether its record earns it the start choice (else: the cron start)."""
+
+    def trusts_start(self, values: np.ndarray, now_index: int, window: StartWindow) -> bool:
+        ...
+
+
+class FusedForecaster:
+    """:func:`carbon.fusion.apply_fusion` of several inputs, fitted at each decision on the nights before it.
+
+    ``inputs`` maps a name to ``f(values, now_index, n)``: what that input said at ``now_index`` for
+    indices ``now_index .. + n - 1`` (its own value for now included; NaN where it said nothing).
+    At decision ``i`` the fit uses the same time of day on the last ``days`` days (origins
+    ``i - d x per_day``), each input as it was at that origin, and the values observed up to ``i``
+    only: the replay fills its record causally, and nothing said or seen after a decision reaches it.
+    Memoised per origin, so a year's replay computes each origin's inputs once per process.
+    """
+
+    def __init__(self, inputs: Mapping[str, InputForecast], *, step_s: float, days: int = PROFILE_DAYS,
+                 min_nights: int = MIN_NIGHTS) -> None:
+        self.inputs = dict(inputs)
+        self.per_day = max(int(round(86400.0 / step_s)), 1)
+        self.days = days
+        self.min_nights = min_nights
+        self.horizon = self.per_day + 1  # every lead a decision asks for at one origin, a day ahead
+        self._said: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+        self._fused: dict[tuple[int, int], np.ndarray] = {}
+
+    def _inputs_at(self, values: np.ndarray, j: int, n: int) -> dict[str, np.ndarray]:
+        key = (j, n)
+        if key not in self._said:
+            self._said[key] = {name: np.asarray(f(values, j, n), dtype=float) for name, f in self.inputs.items()}
+        return self._said[key]
+
+    def hindcasts(self, values: np.ndarray, now_index: int, n: int) -> list[Hindcast]:
+        """What each input said at the same time of day on the last ``days`` days, against what was seen by ``now_index``."""
+        out = []
+        for d in range(1, self.days + 1):
+            j = now_index - d * self.per_day
+            if j < 0:
+                break
+            seen = np.full(n, np.nan)
+            upto = min(now_index + 1, len(values)) - j  # observed values only: nothing after the decision
+            seen[: min(upto, n)] = values[j: j + min(upto, n)]
+            out.append(Hindcast(inputs=self._inputs_at(values, j, n), observed=seen))
+        return out
+
+    def fit(self, values: np.ndarray, now_index: int, n: int) -> FusionFit:
+        return fit_fusion(self.hindcasts(values, now_index, n), tuple(self.inputs), n)
+
+    def _fused_at(self, values: np.ndarray, i: int, n: int) -> np.ndarray:
+        key = (i, n)
+        if key not in self._fused:
+            self._fused[key] = apply_fusion(self.fit(values, i, n), self._inputs_at(values, i, n), float(values[i]))
+        return self._fused[key]
+
+    def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
+        if n > self.horizon:  # longer than a day ahead: fitted on its own, not memoised
+            return apply_fusion(self.fit(values, now_index, n), self._inputs_at(values, now_index, n),
+                                float(values[now_index]))
+        return self._fused_at(values, now_index, self.horizon)[:n].copy()
+
+    def _nights(self, values: np.ndarray, now_index: int, window: StartWindow) -> list[Night]:
+        """The last ``days`` nights fully observed by ``now_index``, each with the forecast fused at its origin.
+
+        Each night's forecast was fused from the nights before it (out of sample), as the product's
+        archive keeps it.
+        """
+        n = max(self.horizon, window.end)
+        nights = []
+        for d in range(1, self.days + 1):
+            j = now_index - d * self.per_day
+            if j < 0:
+                break
+            if j + window.end - 1 > now_index:
+                continue
+            nights.append(Night(forecast=self._fused_at(values, j, n), observed=values[j: j + n]))
+        return nights
+
+    def start_record(self, values: np.ndarray, now_index: int, window: StartWindow) -> tuple[float | None, int]:
+        """The fused forecast's start-gain share over its last ``days`` scored nights, and how many."""
+        return start_gain_share(self._nights(values, now_index, window), window)
+
+    def skill(self, values: np.ndarray, now_index: int, window: StartWindow, *, label: str = "fused") -> ForecastSkill:
+        """The record the start decision at ``now_index`` stood on, and the weights it used over the window."""
+        nights = self._nights(values, now_index, window)
+        share, n = start_gain_share(nights, window)
+        rho, mape, bias = night_scores(nights, window)
+        w = self.fit(values, now_index, max(self.horizon, window.end)).weights[:, 1: window.end].mean(axis=1)
+        return ForecastSkill(label=label, nights=n, start_gain_share=share, rank_correlation=rho, mape_pct=mape,
+                             bias_g_per_kwh=bias, weights={k: float(x) for k, x in zip(self.inputs, w)},
+                             trusted_start=self.trusts_start(values, now_index, window))
+
+    def trusts_start(self, values: np.ndarray, now_index: int, window: StartWindow) -> bool:
+        """Do no harm: :func:`carbon.skill.trusts_start` on the fused forecast's record before ``now_index``."""
+        share, nights = self.start_record(values, now_index, window)
+        return trusts_start(share, nights, min_nights=self.min_nights)
+
+
+def start_window(*, origin_s: float, reference_s: float, latest_start_s: float, run_s: float, step_s: float) -> StartWindow:
+    """The start decision made at ``origin_s`` in grid steps: cron start, starts up to ``latest_start_s``, run length."""
+    last = int(np.floor((latest_start_s - origin_s) / step_s + 1e-9))
+    return StartWindow(reference=int(round((reference_s - origin_s) / step_s)), starts=tuple(range(max(last, 0) + 1)),
+                       length=max(int(np.ceil(run_s / step_s - 1e-9)), 1))

@@ -37,13 +37,14 @@ from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.cron import cron_occurrences
 from scheduler.decide import ModeState, decide
 from scheduler.errors import PolicyError
+from scheduler.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, plan_slots
 from scheduler.planning import plan_constraints
 from scheduler.policy import PlanRule, Policy, RelativeRule
 from scheduler.shifting import best_start_over_modes
-from simulation.sim_forecast import GridForecaster
+from simulation.sim_forecast import GridForecaster, StartGate, start_window
 
-__all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "simulate", "resample"]
+__all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "nominal_starts", "simulate", "resample"]
 
 _J_PER_KWH = 3.6e6
 _MIN_JOBS_PER_WORKER = 16  # below this a worker costs more to start than it saves
@@ -139,6 +140,7 @@ class SimulationResult:
             "trace_end": (self.t0 + timedelta(seconds=self.step_s * len(self.values))).isoformat(),
             "modelled": True,
             "figures_measured": all(m.measured for m in self.modes),
+            "figures_kind": _figures_kind(self.modes),
             "energy_source": "; ".join(sorted({m.source for m in self.modes})),
             "mode_power_w": {m.name: m.power_w for m in self.modes},
             "mode_speed": {m.name: m.speed for m in self.modes},
@@ -146,6 +148,13 @@ class SimulationResult:
             "mode_source": {m.name: m.source for m in self.modes},
             **self.extra,
         }
+
+
+def _figures_kind(modes: Sequence[ModeFigures]) -> str:
+    """measured, declared (typed by hand, :data:`scheduler.mode_figures.DECLARED`) or modelled."""
+    if all(m.measured for m in modes):
+        return "measured"
+    return DECLARED if any(m.source.startswith(DECLARED) for m in modes) else "modelled"
 
 
 def _mode_share(jobs: list[JobOutcome]) -> dict[str, float]:
@@ -370,6 +379,13 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
                        constraints=constraints, explain=False)
         return [names[x] if x is not None else -1 for x in p.slot_modes]
 
+    if isinstance(forecaster, StartGate):  # do no harm: a forecast whose record shows no start gain keeps the cron start
+        i0 = int(earliest_s // step)
+        window = start_window(origin_s=i0 * step, reference_s=max(nominal_s, earliest_s),
+                              latest_start_s=deadline_s - job.expected_duration_s, run_s=job.expected_duration_s, step_s=step)
+        if not forecaster.trusts_start(truth.values, i0, window):
+            t, started = max(nominal_s, earliest_s), True
+
     while left > 1e-9:
         todo = plan(t)
         if mode is None:  # not running: wait for the plan's (next) window, which then plans again
@@ -532,6 +548,15 @@ def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None) -> li
     return ordered
 
 
+def nominal_starts(cron: str, t0: datetime, end: datetime, *, tz: str, earliest_start_s: float,
+                   deadline_s: float) -> list[datetime]:
+    """The occurrences of ``cron`` in ``tz`` (read as Prefect and ``serve`` read it) whose whole
+    window, from the earliest start to the deadline, lies in the trace ``[t0, end)``."""
+    first = t0 + timedelta(seconds=max(-earliest_start_s, 0.0))
+    last = end - timedelta(seconds=deadline_s)
+    return [n for n in cron_occurrences(cron, first, end, tz=tz) if n <= last]
+
+
 def simulate(
     policy: Policy,
     trace: IntensitySeries,
@@ -565,9 +590,8 @@ def simulate(
     t0, step, values = resample(trace)
     truth = _Grid(values, step)
     end = t0 + timedelta(seconds=step * len(values))
-    first = t0 + timedelta(seconds=max(-job.earliest_start_s, 0.0))
-    last = end - timedelta(seconds=job.deadline_s)
-    nominals = [n for n in cron_occurrences(job.cron, first, end) if n <= last]
+    nominals = nominal_starts(job.cron, t0, end, tz=job.timezone, earliest_start_s=job.earliest_start_s,
+                              deadline_s=job.deadline_s)
     rule = policy.rules
     # a threshold policy is planned with its own dwell and interval, on slots of the trace's resolution
     plan_rule = rule if isinstance(rule, PlanRule) else PlanRule(clean_mode=rule.clean_mode, dirty_mode=rule.dirty_mode,

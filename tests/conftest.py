@@ -73,7 +73,20 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # a test that mostly waits on real servers and workers (minutes at low CPU) goes first: under
-    # xdist its waiting then overlaps the CPU-bound rest instead of ending the run alone
-    items.sort(key=lambda item: item.get_closest_marker("waits") is None)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test that mostly waits on real servers and workers (minutes at low CPU) starts a worker's
+    # share: under xdist its waiting then overlaps the CPU-bound rest instead of ending the run alone.
+    # xdist's worksteal hands each of its N workers one contiguous 1/N of the collection first, so the
+    # waiting tests are dealt one to each share; all at the front, one worker would wait through them
+    # all in turn (two fleet tests: 10+ minutes) while the other ran out of work.
+    waits = [item for item in items if item.get_closest_marker("waits") is not None]
+    rest = [item for item in items if item.get_closest_marker("waits") is None]
+    workers = getattr(config.option, "numprocesses", None)
+    workers = workers if isinstance(workers, int) and workers > 1 else 1
+    shares: list[list[pytest.Item]] = [waits[i::workers] for i in range(workers)]
+    size, extra = divmod(len(items), workers)
+    for i, share in enumerate(shares):
+        fill = max(size + (1 if i < extra else 0) - len(share), 0)
+        share += rest[:fill]
+        del rest[:fill]
+    items[:] = [item for share in shares for item in share] + rest

@@ -5,7 +5,8 @@ LOCAL_RANK, MIG), ``privilege.py`` (read-only privilege probe), ``backend.py`` (
 ``meter.py`` (windows, power sampler, RAPL). Importing this package does not load NVML.
 """
 
+from backends.nvidia._nvml import READ_ONLY_ENV
 from backends.nvidia.backend import NvidiaBackend
 from backends.nvidia.meter import NvidiaMeter, PowerSampler, RaplReader
 
-__all__ = ["NvidiaBackend", "NvidiaMeter", "PowerSampler", "RaplReader"]
+__all__ = ["READ_ONLY_ENV", "NvidiaBackend", "NvidiaMeter", "PowerSampler", "RaplReader"]

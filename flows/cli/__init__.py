@@ -57,6 +57,7 @@ from flows.cli import profile as _profile  # noqa: E402,F401
 from flows.cli import simulate as _simulate  # noqa: E402,F401
 from flows.cli import deploy as _deploy  # noqa: E402,F401
 from flows.cli import simulate_sites as _simulate_sites  # noqa: E402,F401
+from flows.cli import forecasts as _forecasts  # noqa: E402,F401
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
@@ -74,7 +75,10 @@ def main() -> None:
         import os
 
         logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # the terminal is gone (closed, SIGHUP): the exit code still says how the run ended
+                pass
         os._exit(rc)
     sys.exit(rc)

@@ -7,13 +7,15 @@ With ``--json`` on the command line, every failure also prints exactly one JSON 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from typing import Any, Sequence
 
 import typer
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "EXIT_ENV", "exit_code_for", "exit_code_for_type", "fail",
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "EXIT_ENV", "echo", "exit_code_for", "exit_code_for_type", "fail",
            "report_error", "run_guarded"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_ENV = 0, 1, 2, 3
@@ -28,20 +30,38 @@ def _wants_json(argv: Sequence[str]) -> bool:
     return "--json" in ours
 
 
+def echo(text: str, *, err: bool = False) -> None:
+    """``typer.echo``, except that a terminal that is gone (EIO: it was closed, the run got SIGHUP) or
+    a reader that left (EPIPE) costs the output, never the exit code or what is still to be done:
+    that stream goes to /dev/null from then on, so later writes and the final flush succeed."""
+    stream = sys.stderr if err else sys.stdout
+    try:
+        typer.echo(text, file=stream)
+        stream.flush()
+    except OSError as exc:
+        if exc.errno not in (errno.EIO, errno.EPIPE):
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+
+
 def report_error(exc: BaseException | str, code: int) -> None:
     """Print an error: one line per error on stderr, and with ``--json`` one JSON object on stdout."""
     from scheduler.errors import PolicyError
 
     lines = exc.lines() if isinstance(exc, PolicyError) else [str(exc)]
     for text in lines:
-        print(text if text.startswith("gridshift") else f"gridshift: error: {text}", file=sys.stderr)
+        echo(text if text.startswith("gridshift") else f"gridshift: error: {text}", err=True)
     if _json_errors:
         out: dict[str, Any] = {"status": "error", "exit_code": code, "error": str(exc), "errors": lines}
         if isinstance(exc, PolicyError) and exc.issues:
             out["issues"] = [i.to_json() for i in exc.issues]
         if isinstance(exc, BaseException):
             out["error_type"] = type(exc).__name__
-        print(json.dumps(out, sort_keys=True), file=sys.stdout, flush=True)
+        echo(json.dumps(out, sort_keys=True))
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -51,8 +71,6 @@ def exit_code_for(exc: BaseException) -> int:
 
 def exit_code_for_type(cls: type[BaseException]) -> int:
     """:func:`exit_code_for` by class (a run's report records its error's class, not the error)."""
-    import httpx
-
     from backends.errors import BackendError, UnknownBackend
     from carbon.errors import BadTrace, CarbonError, UnknownZone
     from carbon.providers.registry import UnknownProvider
@@ -69,7 +87,11 @@ def exit_code_for_type(cls: type[BaseException]) -> int:
         return EXIT_INPUT
     # every backend error (no device, no permission, device lost, unsupported, journal) and every
     # carbon source failure is the environment; so is a server (Prefect's) that does not answer
-    if issubclass(cls, (CarbonError, BackendError, LedgerError, EnvironmentNotReady, httpx.TransportError)):
+    # an httpx error exists only once httpx is imported: importing it to compare costs a pre-flight
+    # refusal a fifth of its time
+    httpx = sys.modules.get("httpx")
+    transport = (httpx.TransportError,) if httpx is not None else ()
+    if issubclass(cls, (CarbonError, BackendError, LedgerError, EnvironmentNotReady, *transport)):
         return EXIT_ENV
     return EXIT_FAILED
 
@@ -104,8 +126,6 @@ def run_guarded(app: Any, argv: Sequence[str] | None = None) -> int:
             exc.show()
         return EXIT_INPUT
     except Exception as exc:  # a bug: say so in one line; GRIDSHIFT_DEBUG=1 shows the traceback
-        import os
-
         if os.environ.get("GRIDSHIFT_DEBUG"):
             raise
         code = exit_code_for(exc)

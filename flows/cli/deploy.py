@@ -56,17 +56,19 @@ def deploy(
         raise fail(exc, EXIT_INPUT) from None
     except Exception as exc:  # the server refused or is unreachable
         raise fail(f"could not create the deployment: {type(exc).__name__}: {exc}", EXIT_ENV) from None
-    out = {"deployment_id": str(dep.deployment_id), "name": dep.name, "cron": dep.cron, "work_pool": dep.work_pool,
-           "sites": dep.sites, "notes": notes}
+    out = {"deployment_id": str(dep.deployment_id), "name": dep.name, "cron": dep.cron, "timezone": dep.timezone,
+           "work_pool": dep.work_pool, "sites": dep.sites, "crash_recorder": dep.recorder, "notes": notes}
     if json_out:
         typer.echo(json.dumps(out))
     else:
-        when = f"planning run at cron '{dep.cron}' UTC" if dep.cron else "no schedule (runs come from `gridshift serve`)"
+        when = f"planning run at cron '{dep.cron}' {dep.timezone}" if dep.cron else "no schedule (runs come from `gridshift serve`)"
         typer.echo(f"deployment {dep.name} ({dep.deployment_id}): {when} on pool {dep.work_pool}\n"
                    f"train now: prefect deployment run '{dep.name}'\n"
                    f"start a worker: prefect worker start --pool {dep.work_pool}")
         for site, site_dep in dep.sites.items():
             typer.echo(f"site {site}: deployment {site_dep}")
+        if dep.recorder:
+            typer.echo(f"crashed site runs: recorded by deployment {dep.recorder} on pool {dep.work_pool}")
 
 
 @app.command()

@@ -22,27 +22,39 @@ def check(
 ) -> None:
     """Validate policy files: every error as `file:line:col: path: message`; exit 2 if any file is bad.
 
-    Checks the schema and what the schema cannot: providers, backends, cron, the job's command and
-    working directory, trace and clock-plan files (relative paths are read from the policy's folder).
+    Checks the schema and what the schema cannot: providers, backends, cron and time zone, the job's
+    command and working directory, trace and clock-plan files (relative paths are read from the
+    policy's folder). A recurring job's next five runs are shown (`next_runs` in --json, ISO-8601
+    UTC), read as Prefect's deployment schedule reads the cron.
     """
+    from datetime import datetime, timezone
+
+    from scheduler.cron import next_runs
     from scheduler.errors import PolicyError
     from scheduler.policy_io import load_policy
 
+    now = datetime.now(timezone.utc)
     results = []
     for f in files:
         try:
             policy = load_policy(f)
         except PolicyError as exc:
             results.append({"file": str(f), "ok": False, "errors": [i.to_json() for i in exc.issues],
-                            "hidden_errors": exc.hidden})
+                            "hidden_errors": exc.hidden, "next_runs": []})
             if not json_out:
                 for line in exc.lines():
                     typer.echo(line, err=True)
             continue
-        results.append({"file": str(f), "ok": True, "errors": [], "hidden_errors": 0})
+        job = policy.job
+        runs = next_runs(job.cron, now, tz=job.timezone) if job.cron is not None else []
+        results.append({"file": str(f), "ok": True, "errors": [], "hidden_errors": 0,
+                        "next_runs": [t.isoformat() for t in runs]})
         if not json_out:
-            typer.echo(f"{f}: ok ({policy.job.name}: modes {', '.join(policy.modes)}; carbon {policy.carbon.provider}; "
+            typer.echo(f"{f}: ok ({job.name}: modes {', '.join(policy.modes)}; carbon {policy.carbon.provider}; "
                        f"rule {policy.rules.kind}; backend {policy.backend.name})")
+            if runs:
+                typer.echo(f"  next runs ({job.cron!r} in {job.timezone}): "
+                           + ", ".join(f"{t:%a %Y-%m-%d %H:%M} UTC" for t in runs))
     bad = sum(not r["ok"] for r in results)
     if json_out:
         typer.echo(json.dumps({"status": "error" if bad else "ok", "exit_code": EXIT_INPUT if bad else 0,

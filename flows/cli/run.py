@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import signal
 import sys
+import threading
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
@@ -14,7 +17,7 @@ from typing import Annotated, Any, Iterator, Optional
 import typer
 
 from flows.cli import FINISHED_CLEANLY, app
-from flows.cli._errors import EXIT_ENV, EXIT_FAILED, EXIT_INPUT, exit_code_for_type, fail
+from flows.cli._errors import EXIT_ENV, EXIT_FAILED, EXIT_INPUT, echo, exit_code_for_type, fail
 from flows.cli._signals import StopSignals
 from flows.prefect_server import STOP_GRACE_S, PrefectServerError, TemporaryServer, configured_api_url, drain_prefect_workers
 from flows.run_ids import new_run_id
@@ -47,6 +50,10 @@ def _exit_code_of(report: dict[str, Any]) -> int:
     return exit_code_for_type(cls) if isinstance(cls, type) and issubclass(cls, BaseException) else EXIT_FAILED
 
 
+#: mode spans whose settings the human report lists (a long run's spans are all in --json)
+_SPANS_SHOWN = 6
+
+
 def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
     label = "measured" if report["measured"] else "SIMULATED - modelled, not measured"
     first = report["modes"][0]["mode"] if report["modes"] else ""
@@ -69,6 +76,11 @@ def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
                  f"{report['intensity_source']})")
     if len(report["modes"]) > 1:
         lines.append("  modes      " + " -> ".join(f"{m['mode']}@{m['start'][11:19]}" for m in report["modes"]))
+    for m in report["modes"][:_SPANS_SHOWN]:  # who applied each setting, and whether it was confirmed
+        if m.get("settings"):
+            lines.append(f"  settings   {m['mode']}@{m['start'][11:19]}: {m['settings']}")
+    if len(report["modes"]) > _SPANS_SHOWN:
+        lines.append(f"  settings   ... {len(report['modes']) - _SPANS_SHOWN} more spans (--json has them all)")
     extra = report.get("extra", {})
     if "rounding" in extra.get("plan", {}):
         p = extra["plan"]
@@ -83,7 +95,7 @@ def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
     if "clock_plan" in extra:
         plan = extra["clock_plan"]
         lines.append(f"  clock plan {plan['file']} (modelled: {plan['predicted_energy_saving_pct']:.1f}% less energy, "
-                     f"{plan['predicted_slowdown_pct']:+.1f}% time; run in-process by PlanExecutor)")
+                     f"{plan['predicted_slowdown_pct']:+.1f}% time; handed to the job, which runs it)")
     for w in report.get("warnings", []):
         lines.append(f"  warning    {w}")
     if report.get("error"):
@@ -98,42 +110,73 @@ def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
 SERVER_START_TIMEOUT_S = 180.0
 
 
+def _no_view_link(record: logging.LogRecord) -> bool:
+    """Drops Prefect's "View at <url>" line: the temporary server serves no UI and is gone after the run."""
+    return not record.getMessage().startswith("View at ")
+
+
 @contextmanager
-def _prefect_api(log_path: Path | None, stop: StopSignals) -> Iterator[TemporaryServer | None]:
+def _prefect_api(log_path: Path | None, stop: StopSignals) -> Iterator[tuple[TemporaryServer, "Future[float]"] | None]:
     """The Prefect server named by PREFECT_API_URL (checked now), else a temporary one, started now
-    and stopped when the block ends (at once after a second signal)."""
+    and stopped when the block ends (at once after a second signal). Says which at once: this is the
+    run's first line, and the next may be many seconds away (Prefect's import, the server's start)."""
     url = configured_api_url()
     if url:  # checked already by preflight_run (flows.preflight.prefect_api_problem)
+        echo(f"gridshift: using the Prefect server at {url}", err=True)
         try:
             yield None
         finally:
-            if not stop.forced:
-                drain_prefect_workers()
+            # also after a second signal: undrained, Prefect's log handler flushes at exit (logging.shutdown)
+            # and retries against the server for seconds; drained while it is up, it costs a fraction of one
+            drain_prefect_workers()
         return
     server = TemporaryServer(log_path or Path(os.devnull))
     server.start()
+    echo("gridshift: starting a temporary Prefect server (set PREFECT_API_URL to a running one to skip this"
+         + (f"; log: {log_path})" if log_path else ")"), err=True)
+    ready = _watch_start(server, stop)
     previous = os.environ.get("PREFECT_API_URL")
     os.environ["PREFECT_API_URL"] = server.api_url  # read by Prefect when it is imported, later
+    flow_runs = logging.getLogger("prefect.flow_runs")
+    flow_runs.addFilter(_no_view_link)
     try:
-        yield server
+        yield server, ready
     finally:
+        flow_runs.removeFilter(_no_view_link)
         if previous is None:
             os.environ.pop("PREFECT_API_URL", None)
         else:
             os.environ["PREFECT_API_URL"] = previous
-        if not stop.forced:
-            drain_prefect_workers()
-        server.stop(grace_s=0.5 if stop.forced else STOP_GRACE_S)
+        drain_prefect_workers()  # before the server goes, also after a second signal (see above)
+        server.stop(grace_s=0.0 if stop.forced else STOP_GRACE_S)  # insisted: its database survives a kill
 
 
-def _wait_for(server: TemporaryServer | None, log_path: Path | None) -> None:
-    if server is None:
-        return
+def _watch_start(server: TemporaryServer, stop: StopSignals) -> "Future[float]":
+    """Wait for the temporary server in a thread of its own, from its start: the progress notes then
+    also cover the seconds the main thread spends importing Prefect, which would otherwise be silent."""
     timeout_s = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS") or SERVER_START_TIMEOUT_S)
-    note = ("gridshift: starting a temporary Prefect server (set PREFECT_API_URL to a running one to skip this"
-            + (f"; log: {log_path})" if log_path else ")"))
+    ready: Future[float] = Future()
+
+    def note(waited_s: float) -> None:
+        if not stop.received:  # after a Ctrl-C the user waits for the stop, not for the server
+            echo(f"gridshift: still starting the temporary Prefect server ({waited_s:.0f} s; "
+                 f"gives up after {timeout_s:.0f} s)", err=True)
+
+    def wait() -> None:
+        try:
+            ready.set_result(server.wait_ready(timeout_s, on_wait=note))
+        except BaseException as exc:  # handed to the main thread by _wait_for
+            ready.set_exception(exc)
+
+    threading.Thread(target=wait, name="gridshift-server-start", daemon=True).start()
+    return ready
+
+
+def _wait_for(ready: "Future[float] | None") -> None:
+    if ready is None:
+        return
     try:
-        server.wait_ready(timeout_s, on_wait=lambda: print(note, file=sys.stderr, flush=True))
+        ready.result()
     except PrefectServerError as exc:
         raise fail(exc, EXIT_ENV) from None
 
@@ -164,8 +207,8 @@ def run(
         with stop.installed(), run_logging(logs_dir() / f"{run_id}.log", verbose=verbose) as log_path:
             try:
                 # the server starts first: its start-up overlaps Prefect's import below
-                with _prefect_api(log_path, stop) as server:
-                    _run(policy, command, json_out, backend, run_id, stop, server, log_path)
+                with _prefect_api(log_path, stop) as temporary:
+                    _run(policy, command, json_out, backend, run_id, stop, temporary, log_path)
             except (KeyboardInterrupt, SystemExit):  # a signal before the flow started
                 if stop.exit_code is None:
                     raise
@@ -175,12 +218,13 @@ def run(
 
 
 def _run(policy: Path, command: list[str] | None, json_out: bool, backend: str | None, run_id: str,
-         stop: StopSignals, server: TemporaryServer | None, log_path: Path | None) -> None:
+         stop: StopSignals, temporary: tuple[TemporaryServer, "Future[float]"] | None, log_path: Path | None) -> None:
     from scheduler.ledger import Ledger
 
     from flows.training import carbon_aware_training, quiet_domain_tracebacks
 
-    _wait_for(server, log_path)
+    server, ready = temporary if temporary is not None else (None, None)
+    _wait_for(ready)
     quiet_domain_tracebacks()
 
     real_stdout = sys.stdout
@@ -206,20 +250,21 @@ def _run(policy: Path, command: list[str] | None, json_out: bool, backend: str |
             raise fail("stopped before the run was recorded", stop.exit_code)
         exc = state.result(raise_on_failure=False)
         raise fail(exc if isinstance(exc, BaseException) else f"run {run_id} failed before it could be recorded")
+    # a closed terminal (SIGHUP) makes these writes fail: echo drops them, the exit code stays
     if json_out:
-        typer.echo(json.dumps(report, sort_keys=True))
+        echo(json.dumps(report, sort_keys=True))
     else:
-        typer.echo(_human(report, log_path))
+        echo(_human(report, log_path))
     if report["status"] != "completed":
         if stop.exit_code is not None:
             restored = "settings may not be restored" not in (report["error"] or "")
-            typer.echo("gridshift: stopped by " + signal.Signals(stop.exit_code - 128).name + "; "
+            echo("gridshift: stopped by " + signal.Signals(stop.exit_code - 128).name + "; "
                        + ("settings restored" if restored else
                           "settings may not be restored: run `gridshift gpu restore`") + ", run recorded as failed",
                        err=True)
             raise typer.Exit(stop.exit_code)
         if not json_out:
-            typer.echo(f"gridshift: error: {report['error'] or 'the run failed'}", err=True)
+            echo(f"gridshift: error: {report['error'] or 'the run failed'}", err=True)
         raise typer.Exit(_exit_code_of(report))
 
 
@@ -236,7 +281,7 @@ def _api_settings(server: TemporaryServer | None) -> Iterator[None]:
         yield
 
 
-def _missed_by_serve(*, job: str | None, limit: int) -> list[str]:
+def _missed_by_serve(*, job: str | None, limit: int | None) -> list[str]:
     """Warnings for the runs `gridshift serve` recorded as missed in its default store, newest first.
 
     A missed run never started, so the ledger has no row for it; without this a night that did not
@@ -263,28 +308,29 @@ def _missed_by_serve(*, job: str | None, limit: int) -> list[str]:
 def runs(
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
     job: Annotated[Optional[str], typer.Option(help="Only runs of this job.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many runs, newest first.")] = 20,
+    limit: Annotated[int, typer.Option(min=0, help="At most this many runs, newest first; 0: all of them.")] = 20,
     source: Annotated[str, typer.Option("--from", help="ledger (this machine's runs) or prefect (every node's runs, "
                                         "from the run artifacts on the Prefect server at PREFECT_API_URL).")] = "ledger",
 ) -> None:
     """List recorded runs (newest first) from the ledger, or from the Prefect API (`--from prefect`)."""
     from scheduler.ledger import Ledger
 
+    limit_or_all = limit or None  # 0 is "no limit", not "none": an empty list would read as "no runs recorded"
     if source not in ("ledger", "prefect"):
         raise fail(f"--from: expected 'ledger' or 'prefect', got {source!r}", EXIT_INPUT)
     if source == "prefect":
         from flows.fleet_runs import runs_from_prefect
 
         try:
-            rows = runs_from_prefect(job=job, limit=limit)
+            rows = runs_from_prefect(job=job, limit=limit_or_all)
         except Exception as exc:  # server down or unreachable
             raise fail(f"cannot read runs from the Prefect API: {type(exc).__name__}: {exc}", EXIT_ENV) from None
         where = "the Prefect API"
     else:
         with Ledger() as ledger:
-            rows = ledger.runs(job=job, limit=limit)
+            rows = ledger.runs(job=job, limit=limit_or_all)
         where = f"ledger: {ledger.path}"
-        for line in _missed_by_serve(job=job, limit=limit):
+        for line in _missed_by_serve(job=job, limit=limit_or_all):
             typer.echo(line, err=True)
     for r in rows:  # on stderr, so --json stays one object on stdout
         if r.get("late_s"):

@@ -26,7 +26,7 @@ _LABELS = {
 def _human(s: dict[str, Any], trace: str) -> str:
     from flows.cli._units import energy_unit, figure, mass_unit
 
-    label = "from measured mode figures" if s["figures_measured"] else "from modelled mode figures"
+    label = f"from {s['figures_kind']} mode figures"
     # one unit per column, fitted to the baseline: a short job is grams and kilojoules, a year tonnes
     base = s["strategies"].get("baseline") or next(iter(s["strategies"].values()))
     g_unit, g_scale = mass_unit(base["carbon_g"])
@@ -50,6 +50,8 @@ def _human(s: dict[str, Any], trace: str) -> str:
     if s.get("forecast_coverage") is not None:
         lines.append(f"  the archive covered {s['forecast_coverage']:.1%} of what gridshift's plans asked (each plan's "
                      "horizon to the deadline); the built-in forecaster filled the rest")
+    if s.get("forecast_skill"):
+        lines.append(f"  forecast, at the last night's start: {s['forecast_skill']['sentence']}")
     if s.get("plot"):
         lines.append(f"  plot written to {s['plot']}")
     return "\n".join(lines)
@@ -63,7 +65,7 @@ def simulate(
     column: Annotated[Optional[str], typer.Option("--column", help="Intensity column when the trace has several.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of intensity, windows and modes.")] = None,
-    forecast: Annotated[str, typer.Option(help="'history' (built-in forecaster on past data) or 'noisy' (the trace plus --forecast-error).")] = "history",
+    forecast: Annotated[str, typer.Option(help="'history' (built-in forecaster on past data) or 'noisy' (the trace plus --forecast-error); with --forecast-file: 'fused' (the default: the archive, history and the latest observation, corrected and weighted by their record) or 'issued' (the archive alone).")] = "history",
     forecast_error: Annotated[float, typer.Option(help="Relative error of the 'noisy' forecast, e.g. 0.1.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Random seed of the 'noisy' forecast.")] = 0,
     min_gain: Annotated[float, typer.Option(help="The threshold strategy's start shift: only for at least this relative forecast gain (the planner uses the policy's rules.min_gain).")] = 0.03,
@@ -104,6 +106,21 @@ def _gridshift_asks(result: Any, policy: Any, step_s: float) -> list[tuple[int, 
     return asks
 
 
+def _last_start_skill(result: Any, policy: Any, forecaster: Any) -> dict[str, Any] | None:
+    """The record the last job's start decision stood on (a fused forecast keeps one), for the report and --json."""
+    from simulation.sim_forecast import FusedForecaster, start_window
+
+    jobs = result.outcomes["gridshift"]
+    if not isinstance(forecaster, FusedForecaster) or not jobs:
+        return None
+    j, job, step = jobs[-1], policy.job, result.step_s
+    earliest = j.nominal_s + job.earliest_start_s
+    i0 = int(earliest // step)
+    window = start_window(origin_s=i0 * step, reference_s=max(j.nominal_s, earliest),
+                          latest_start_s=j.deadline_s - job.expected_duration_s, run_s=job.expected_duration_s, step_s=step)
+    return forecaster.skill(result.values, i0, window).as_dict()
+
+
 def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, plot: Path | None, forecast: str,
               forecast_error: float, seed: int, min_gain: float, profile: Path | None,
               forecast_file: Path | None = None, forecast_column: str | None = None, workers: int | None = None) -> None:
@@ -115,7 +132,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     from scheduler.policy_io import load_policy
     from carbon.issued import read_issued_forecasts
     from scheduler.mode_figures import figures_for_policy
-    from simulation.sim_forecast import DailyProfileForecaster, IssuedForecaster, NoisyTraceForecaster
+    from simulation.sim_forecast import DailyProfileForecaster, FusedForecaster, IssuedForecaster, NoisyTraceForecaster
     from simulation.simulate import resample, simulate
 
     t_begin = time.perf_counter()
@@ -129,8 +146,17 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         if forecast_file is not None:
             t0, step_s, _ = resample(series)
             issued = read_issued_forecasts(forecast_file, column=forecast_column)
-            forecaster: Any = IssuedForecaster(issued, origin_s=t0.timestamp(), step_s=step_s)
-            label = f"issued forecasts ({forecast_file.name}, newest covering each time before each decision)"
+            raw = IssuedForecaster(issued, origin_s=t0.timestamp(), step_s=step_s)
+            if forecast == "issued":
+                forecaster: Any = raw
+                label = f"issued forecasts ({forecast_file.name}, newest covering each time before each decision)"
+            elif forecast in ("history", "fused"):
+                forecaster = FusedForecaster({forecast_file.name: raw.as_issued,
+                                              "history": DailyProfileForecaster(step_s=step_s).forecast}, step_s=step_s)
+                label = (f"fused ({forecast_file.name} as issued + history + latest observation, corrected and weighted "
+                         "by the last 28 nights before each decision)")
+            else:
+                raise PolicyError(f"with --forecast-file, --forecast is 'fused' or 'issued', not {forecast!r}")
         elif forecast == "history":
             _, step_s, _ = resample(series)
             forecaster = DailyProfileForecaster(step_s=step_s)
@@ -145,7 +171,8 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain, workers=workers)
         coverage = None
         if forecast_file is not None:  # how much of what the planner asked the archive answered
-            coverage = forecaster.coverage(_gridshift_asks(result, pol, step_s))
+            coverage = raw.coverage(_gridshift_asks(result, pol, step_s))
+        skill = _last_start_skill(result, pol, forecaster)
     except (PolicyError, BadTrace) as exc:
         raise fail(exc, EXIT_INPUT) from None
     except ValueError as exc:
@@ -154,6 +181,8 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     summary["trace"] = str(trace)
     if coverage is not None:
         summary["forecast_coverage"] = coverage
+    if skill is not None:
+        summary["forecast_skill"] = skill
     summary["runtime_s"] = time.perf_counter() - t_begin
     if summary["jobs"] == 0:
         raise fail(f"{trace}: the trace is shorter than one job window; nothing to simulate", EXIT_INPUT)

@@ -1,7 +1,8 @@
 """Trace-driven benchmark on the Zeus NSDI'23 traces: simulator, Zeus replica, gridshift's policy, baselines."""
 
 from plans.zeus_trace.baselines import default_cost, expected_cost, expected_epochs, oracle
-from plans.zeus_trace.bench import PairResult, bench_pairs, load_reference, run_pair, summarise, trace_workloads
+from plans.zeus_trace.bench import PairResult, bench_pairs, bench_traces, load_reference, run_pair, summarise, trace_workloads
+from plans.zeus_trace.synthetic import SHAPES, SyntheticShape, synthetic_trace
 from plans.zeus_trace.gridshift_policy import GridshiftPolicy
 from plans.zeus_trace.simulator import JobInfo, RunEntry, RunObservation, SimResult, charge_run, simulate, zeus_cost
 from plans.zeus_trace.trace import JOBS, JobDef, TraceJob, load_trace_job
@@ -19,6 +20,10 @@ __all__ = [
     "ZeusReplica",
     "PairResult",
     "bench_pairs",
+    "bench_traces",
+    "SHAPES",
+    "SyntheticShape",
+    "synthetic_trace",
     "load_reference",
     "summarise",
     "trace_workloads",

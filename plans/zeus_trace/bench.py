@@ -30,7 +30,7 @@ from plans.zeus_trace.simulator import JobInfo, SimResult, simulate
 from plans.zeus_trace.trace import JOBS, TraceJob, load_trace_job
 from plans.zeus_trace.zeus_replica import ZeusReplica
 
-__all__ = ["PairResult", "run_pair", "bench_pairs", "load_reference", "trace_workloads", "summarise"]
+__all__ = ["PairResult", "run_pair", "bench_pairs", "bench_traces", "load_reference", "trace_workloads", "summarise"]
 
 
 def run_pair(trace: TraceJob, *, recurrences: int, seed: int, eta: float, beta: float) -> tuple[SimResult, SimResult]:
@@ -43,7 +43,7 @@ def run_pair(trace: TraceJob, *, recurrences: int, seed: int, eta: float, beta: 
         raise ValueError("beta must be > 1")
     info = JobInfo.of(trace, eta=eta, beta=beta)
     ours = simulate(
-        GridshiftPolicy(info, rng=np.random.default_rng([seed, 1]), horizon=recurrences), trace,
+        GridshiftPolicy(info, rng=np.random.default_rng([seed, 1])), trace,
         recurrences=recurrences, seed=seed, eta=eta, beta=beta,
     )
     zeus = simulate(ZeusReplica(info, seed=seed), trace, recurrences=recurrences, seed=seed, eta=eta, beta=beta)
@@ -127,6 +127,32 @@ def trace_workloads(train_csv: Path) -> list[str]:
     return [w for w in JOBS if w in present]
 
 
+def bench_traces(
+    traces: Sequence[TraceJob],
+    *,
+    recurrences: int = 50,
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
+    eta: float = 0.5,
+    beta: float = 2.0,
+    reference: dict[tuple[str, str], float] | None = None,
+) -> list[PairResult]:
+    """Every trace (one workload x GPU pair each), each over ``seeds``, with the baselines beside."""
+    out = []
+    for trace in traces:
+        w = trace.job.dataset
+        runs = [run_pair(trace, recurrences=recurrences, seed=s, eta=eta, beta=beta) for s in seeds]
+        o_cost, o_b, o_p = oracle(trace, eta=eta)
+        out.append(PairResult(
+            workload=w, gpu=trace.gpu, recurrences=recurrences, seeds=tuple(seeds),
+            default_batch_size=trace.default_b,
+            oracle_cost=recurrences * o_cost, oracle_config=(o_b, o_p),
+            default_cost=recurrences * default_cost(trace, eta=eta),
+            gridshift=tuple(g for g, _ in runs), zeus_replica=tuple(z for _, z in runs),
+            zeus_reference=(reference or {}).get((w, trace.gpu)),
+        ))
+    return out
+
+
 def bench_pairs(
     *,
     train: Path,
@@ -138,22 +164,9 @@ def bench_pairs(
     beta: float = 2.0,
     reference: dict[tuple[str, str], float] | None = None,
 ) -> list[PairResult]:
-    """Every (workload, power trace) pair, each over ``seeds``."""
-    out = []
-    for power in powers:
-        for w in workloads:
-            trace = load_trace_job(train, power, w)
-            runs = [run_pair(trace, recurrences=recurrences, seed=s, eta=eta, beta=beta) for s in seeds]
-            o_cost, o_b, o_p = oracle(trace, eta=eta)
-            out.append(PairResult(
-                workload=w, gpu=trace.gpu, recurrences=recurrences, seeds=tuple(seeds),
-                default_batch_size=trace.default_b,
-                oracle_cost=recurrences * o_cost, oracle_config=(o_b, o_p),
-                default_cost=recurrences * default_cost(trace, eta=eta),
-                gridshift=tuple(g for g, _ in runs), zeus_replica=tuple(z for _, z in runs),
-                zeus_reference=(reference or {}).get((w, trace.gpu)),
-            ))
-    return out
+    """Every (workload, power trace) pair of the trace files, each over ``seeds``."""
+    traces = [load_trace_job(train, power, w) for power in powers for w in workloads]
+    return bench_traces(traces, recurrences=recurrences, seeds=seeds, eta=eta, beta=beta, reference=reference)
 
 
 def summarise(pairs: Sequence[PairResult]) -> dict[str, float | int]:

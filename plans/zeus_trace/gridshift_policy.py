@@ -1,8 +1,9 @@
 """gridshift's policy under the Zeus trace simulator: the same information as Zeus, spent better.
 
-- Batch size: :class:`plans.batch_size.BatchSizeOptimizer` (each run tried only when its expected
-  saving over the recurrences left beats its cost, with noise and cost shape learned from the runs),
-  fed with steady-state costs ``epochs * c_ep(b, p)`` that leave out the one-off profiling surcharge.
+- Batch size: :class:`plans.batch_size.BatchSizeOptimizer`, the same object and configuration that
+  ``batch_size: auto`` runs use (every size a candidate, walked to when its expected saving over
+  the look-ahead beats the walk's cost, with noise and cost shape learned from the runs), fed with
+  steady-state costs ``epochs * c_ep(b, p)`` that leave out the one-off profiling surcharge.
 - Power limit: the same per-epoch cost as Zeus's JIT profiler, but found by a local search
   (:func:`plans.power_limit.local_limit_search`) that starts at the best limit of the nearest
   batch size already profiled and stops when the cost rises, so the profiling epoch is split over a
@@ -27,13 +28,11 @@ class GridshiftPolicy:
     """Implements :class:`plans.zeus_trace.simulator.TracePolicy`."""
 
     def __init__(
-        self, info: JobInfo, *, rng: np.random.Generator, config: BatchSizeConfig | None = None, horizon: int = 50
+        self, info: JobInfo, *, rng: np.random.Generator, config: BatchSizeConfig | None = None
     ) -> None:
         self.info = info
         self.rng = rng
-        self.bso = BatchSizeOptimizer(
-            config or BatchSizeConfig(info.batch_sizes, info.default_b, horizon=horizon, beta=info.beta)
-        )
+        self.bso = BatchSizeOptimizer(config or BatchSizeConfig(info.batch_sizes, info.default_b, beta=info.beta))
         self.limits: dict[int, int] = {}
         self.per_epoch_cost: dict[int, float] = {}
 

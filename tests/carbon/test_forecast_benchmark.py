@@ -38,3 +38,29 @@ def test_benchmark_script_reports_all_methods(tmp_path: Path, capsys: pytest.Cap
         assert set(out[zone]) == {"daily_profile", "seasonal", "persistence", "same_hour_yesterday", "_meta"}
         assert out[zone]["seasonal"]["mape_pct"] < out[zone]["same_hour_yesterday"]["mape_pct"]
     assert mod.main(["--data-dir", str(tmp_path / "missing")]) == 2
+
+
+def test_the_dacf_table_compares_history_raw_and_fused(tmp_path: Path) -> None:
+    """A synthetic region: a day-ahead forecast with skill beside history; every column is filled."""
+    spec = importlib.util.spec_from_file_location("forecast_benchmark", SCRIPT)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = np.random.default_rng(4)
+    t0 = datetime(2021, 7, 1)
+    hours = 24 * 40
+    truth = 300 + 80 * np.sin(2 * np.pi * np.arange(hours) / 24 + rng.normal(0, 0.3, hours).cumsum() * 0.05)
+    (tmp_path / "syn_2021_actual.csv").write_text(
+        "datetime,carbon_intensity\n" + "".join(f"{t0 + timedelta(hours=h):%Y-%m-%d %H:%M},{v}\n" for h, v in enumerate(truth)))
+    rows = ["issued_at,for_time,value"]
+    for d in range(1, 40):
+        issued = t0 + timedelta(days=d - 1, hours=12)
+        for h in range(24):
+            k = d * 24 + h
+            rows.append(f"{issued:%Y-%m-%d %H:%M},{t0 + timedelta(hours=k):%Y-%m-%d %H:%M},{truth[k] + rng.normal(0, 15)}")
+    (tmp_path / "syn_2021_dacf_issued.csv").write_text("\n".join(rows) + "\n")
+    table = bench.dacf_region("syn", data_dir=tmp_path)
+    assert set(table) == {"history", "raw", "fused", "static_efficiency"}
+    for name in ("history", "raw", "fused"):
+        assert all(v is not None for v in table[name].values())
+    assert table["fused"]["planner_share"] >= table["static_efficiency"]["planner_share"]

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from flows.artifacts import artifact_key, report_from_markdown, report_markdown
-from flows.deploy import check_source
+from flows.deploy import check_source, source_problem
 from scheduler.errors import PolicyError
 from scheduler.policy_io import load_policy
 from scheduler.sites import policy_at_site
@@ -52,24 +52,34 @@ def test_bad_sites_are_bad_input(tmp_path: Path, sites: list[dict], gpus: int, m
         load_policy(_with_sites(tmp_path, sites, gpus))
 
 
-def test_the_source_is_checked_when_deploying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_source_is_checked_when_deploying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("GRIDSHIFT_REPO", raising=False)
     monkeypatch.chdir(REPO)
     assert check_source(policy_path="examples/nightly.yaml") == {"directory": str(REPO)}
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(PolicyError, match="GRIDSHIFT_REPO is not set") as err:
+    with pytest.raises(SystemExit) as stop:  # prefect deploy stops with one line and gridshift's exit status 3
         check_source()
-    assert "\n" not in str(err.value)
+    assert stop.value.code == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "GRIDSHIFT_REPO is not set" in err
     monkeypatch.setenv("GRIDSHIFT_REPO", str(REPO))
     assert check_source()["directory"] == str(REPO)
-    with pytest.raises(PolicyError, match="policy_path does not exist"):
-        check_source(policy_path="examples/missing.yaml")
+    assert source_problem(None, "examples/missing.yaml", tmp_path)[1].endswith("policy_path does not exist in GRIDSHIFT_REPO")
+    monkeypatch.setenv("GRIDSHIFT_REPO", str(tmp_path / "nowhere"))
+    with pytest.raises(SystemExit):
+        check_source()
+    assert "nowhere: GRIDSHIFT_REPO is not a gridshift checkout" in capsys.readouterr().err
 
 
 def test_prefect_yaml_resolves_the_checkout_at_deploy_time() -> None:
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
     (step,) = spec["build"]
     assert step["flows.deploy.check_source"]["id"] == "source"
+    (dep,) = spec["deployments"]
+    # one deployment name for both routes: gridshift deploy names it after the policy's job
+    assert step["flows.deploy.check_source"]["deployment"] == f"gridshift-nightly/{dep['name']}"
+    assert load_policy(REPO / dep["parameters"]["policy_path"]).job.name == dep["name"]
     (pull,) = spec["pull"]
     assert pull["prefect.deployments.steps.set_working_directory"]["directory"] == "{{ source.directory }}"
     (dep,) = spec["deployments"]
@@ -89,3 +99,28 @@ def test_a_run_artifact_carries_its_report(tmp_path: Path) -> None:
     assert "**Site** de" in markdown
     assert report_from_markdown(markdown) == report
     assert report_from_markdown("# some other artifact") is None
+
+
+def test_a_crashed_run_gets_a_ledger_row_and_an_artifact_saying_so(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from flows.fleet_runs import crashed_report
+    from scheduler.ledger import Ledger
+
+    began = datetime(2026, 3, 1, 21, 0, tzinfo=timezone.utc)
+    placement = {"site": "gb", "start": began.isoformat(), "finish": (began + timedelta(hours=3)).isoformat(), "gpus": 1}
+    report = crashed_report(flow_run_id="6e35", flow_run_name="infallible-crayfish", job="fleet-retrain",
+                            policy="examples/fleet.yaml", parameters={"site": "gb", "placement": placement},
+                            started=began, ended=began + timedelta(minutes=40),
+                            reason="no heartbeat for 90 s: its worker or node died")
+    assert (report["status"], report["run_id"], report["duration_s"]) == ("crashed", "crashed-6e35", 2400.0)
+    assert report["extra"]["site"] == "gb" and report["extra"]["placement"] == placement
+    with Ledger(tmp_path / "ledger.sqlite3") as ledger:
+        ledger.record(report)
+        assert ledger.runs(job="fleet-retrain") == [report]
+    markdown = report_markdown(report)
+    assert "(crashed)" in markdown and "worker or node died" in markdown
+    assert report_from_markdown(markdown) == report
+    never_started = crashed_report(flow_run_id="77", flow_run_name="x", job="j", policy="p", parameters={},
+                                   started=None, ended=began, reason="crashed")
+    assert never_started["duration_s"] == 0.0 and never_started["started_at"] == began.isoformat()

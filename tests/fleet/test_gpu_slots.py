@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from flows.gpus import GpusBusy, ensure_gpu_limits, gpu_limit_name, hold_gpus, pin_environment
+from flows.gpus import GpusBusy, ensure_limits, gpu_limit_name, hold_gpus, pin_environment
 
 
 def test_a_node_never_hands_out_more_gpus_than_it_has(prefect_harness, tmp_path: Path) -> None:
     site = f"node-{os.getpid()}"
-    assert ensure_gpu_limits({site: 2}) == [f"created global concurrency limit {gpu_limit_name(site)} (2 GPU slots)"]
-    assert ensure_gpu_limits({site: 2}) == []  # idempotent
+    assert ensure_limits({gpu_limit_name(site): 2}) == [
+        f"created global concurrency limit {gpu_limit_name(site)} (2 GPU slots)"]
+    assert ensure_limits({gpu_limit_name(site): 2}) == []  # idempotent
     with hold_gpus(site, 1, 2, lock_dir=tmp_path) as first:
         with hold_gpus(site, 1, 2, lock_dir=tmp_path) as second:
             assert {first.devices, second.devices} == {(0,), (1,)}
@@ -44,7 +45,7 @@ def test_a_device_held_outside_gridshift_is_busy_too(prefect_harness, tmp_path: 
     import fcntl
 
     site = f"shared-{os.getpid()}"
-    ensure_gpu_limits({site: 1})
+    ensure_limits({gpu_limit_name(site): 1})
     (tmp_path / site).mkdir()
     with open(tmp_path / site / "gpu0.lock", "ab") as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -80,3 +81,42 @@ def test_the_nvidia_backend_meters_exactly_the_pinned_gpus(monkeypatch: pytest.M
             assert sorted(backend.energy_mj()) == [0, 1]  # metered as CUDA ordinals 0 and 1, nothing else
         finally:
             backend.close()
+
+
+def test_a_run_waits_in_prefect_for_slots_an_overrunning_run_gives_back(prefect_harness, tmp_path: Path) -> None:
+    import threading
+
+    site = f"wait-{os.getpid()}"
+    ensure_limits({gpu_limit_name(site): 1})
+    got: list[tuple[int, ...]] = []
+    with hold_gpus(site, 1, 1, lock_dir=tmp_path):
+        waiter = threading.Thread(target=lambda: got.append(_hold_once(site, tmp_path)))
+        waiter.start()
+        waiter.join(timeout=1.0)  # it is waiting in Prefect's limit, not failing
+        assert waiter.is_alive() and not got
+    waiter.join(timeout=60)
+    assert got == [(0,)]
+    with hold_gpus(site, 1, 1, lock_dir=tmp_path):  # and it gave the slot back
+        with pytest.raises(GpusBusy, match="free for 1 s"):
+            _hold_once(site, tmp_path, wait_s=1.0)
+
+
+def _hold_once(site: str, lock_dir: Path, wait_s: float = 60.0) -> tuple[int, ...]:
+    with hold_gpus(site, 1, 1, lock_dir=lock_dir, wait_s=wait_s) as held:
+        return held.devices
+
+
+def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_told_to_redeploy(prefect_harness) -> None:
+    from flows.placing import placing_limit_name, placing_lock
+
+    sites = [f"pa-{os.getpid()}", f"pb-{os.getpid()}"]
+    ensure_limits({placing_limit_name(s): 1 for s in sites}, "placement at a time")
+    with placing_lock(sites):
+        with pytest.raises(RuntimeError, match="another placement held the sites for 1 s"):
+            with placing_lock(sites[1:], wait_s=1.0):  # a fleet sharing one of the sites waits its turn
+                pass
+    with placing_lock(list(reversed(sites)), wait_s=5.0):  # given back; the order of the names does not matter
+        pass
+    with pytest.raises(RuntimeError, match="run `gridshift deploy`"):
+        with placing_lock([f"never-deployed-{os.getpid()}"]):
+            pass

@@ -135,3 +135,92 @@ def test_simulate_with_sites_is_the_sites_comparison(tmp_path) -> None:
     assert both.exit_code == 2 and "not both" in both.output
     neither = CliRunner().invoke(app, ["simulate", "examples/fleet.yaml"])
     assert neither.exit_code == 2 and "--trace" in neither.output
+
+
+def _prefect_time(value: datetime):
+    """The time as Prefect's client hands it over: its DateTime, parsed from the API's ISO string."""
+    from prefect.types._datetime import DateTime as PrefectDateTime
+    from pydantic import TypeAdapter
+
+    parsed = TypeAdapter(PrefectDateTime).validate_python(value.isoformat())
+    assert type(parsed) is PrefectDateTime
+    return parsed
+
+
+def test_prefect_times_cross_into_placement_as_utc_aware_stdlib_datetimes() -> None:
+    import pytest
+
+    from flows.placing import utc
+
+    started = _prefect_time(NOW + timedelta(minutes=90))
+    shifted = started.astimezone(timezone.utc) + timedelta(minutes=5)
+    assert shifted.tzinfo is None  # the bug: Prefect's DateTime drops the zone here
+    ours = utc(started) + timedelta(minutes=5)
+    assert type(ours) is datetime and ours.tzinfo is timezone.utc and ours == NOW + timedelta(minutes=95)
+    assert utc(datetime(2026, 3, 1, 22, 0, tzinfo=timezone(timedelta(hours=1)))) == NOW + timedelta(hours=1)
+    with pytest.raises(ValueError, match="time zone"):
+        utc(datetime(2026, 3, 1, 21, 0))
+
+
+def _placed(start: datetime, hours: float = 1.0, site: str = "b", gpus: int = 1) -> dict:
+    return {"site": site, "start": start.isoformat(), "finish": (start + timedelta(hours=hours)).isoformat(), "gpus": gpus}
+
+
+def test_running_scheduled_and_late_runs_book_the_gpus_they_will_really_use() -> None:
+    from flows.placing import booking_of_run
+
+    planned = NOW + timedelta(hours=1)
+    # Prefect hands the running run's start time as its own DateTime: it started 30 min late, finishes 30 min late
+    began = _prefect_time(planned + timedelta(minutes=30))
+    running = booking_of_run(_placed(planned), "RUNNING", began, NOW)
+    assert (running.start, running.end) == (planned + timedelta(minutes=30), planned + timedelta(minutes=90))
+    scheduled = booking_of_run(_placed(planned, gpus=2), "SCHEDULED", None, NOW)
+    assert (scheduled.start, scheduled.end, scheduled.gpus) == (planned, planned + timedelta(hours=1), 2)
+    late = booking_of_run(_placed(NOW - timedelta(minutes=20)), "SCHEDULED", None, NOW)  # starts when a worker takes it
+    assert (late.start, late.end) == (NOW, NOW + timedelta(hours=1))
+    pending = booking_of_run(_placed(planned), "PENDING", None, NOW)
+    assert pending.start == planned
+
+
+def test_placing_while_runs_run_is_placing_around_them() -> None:
+    from flows.placing import booking_of_run
+
+    valley = _series([600.0, 100.0, 100.0, 100.0, 600.0, 600.0, 600.0, 600.0, 600.0, 600.0])
+    began = _prefect_time(NOW - timedelta(minutes=10))
+    bookings = [booking_of_run(_placed(NOW - timedelta(minutes=20), hours=2.0, gpus=2), "RUNNING", began, NOW),
+                booking_of_run(_placed(NOW + timedelta(hours=2), gpus=2), "SCHEDULED", None, NOW)]
+    placed = _place(_policy(_site("b", changeover_s=0.0)), {"b": valley}, bookings=bookings)
+    # the running run holds the node until 21:50, the scheduled one 22:00-23:00: the clean hour left is 23:00
+    assert placed.plan.start == NOW + timedelta(hours=3)
+    assert placed.sites[0].waited_for_gpus
+
+
+def test_a_run_meant_to_start_now_goes_where_a_gpu_is_free_now() -> None:
+    clean, dirty = _series([100.0] * 10), _series([500.0] * 10)
+    full = [Booking("clean", NOW, NOW + timedelta(hours=2), 2)]
+    policy = _policy(_site("clean", changeover_s=0.0), _site("dirty", changeover_s=0.0))
+    now_run = place_run(policy, {"clean": clean, "dirty": dirty}, MODES, now=NOW, not_before=NOW, deadline=None,
+                        bookings=full)
+    assert now_run.site == "dirty" and now_run.plan.start == NOW
+    assert "starts 7200 s sooner than at clean" in now_run.reasons[0]
+    planned = _place(policy, {"clean": clean, "dirty": dirty}, bookings=full)  # with a deadline, carbon decides
+    assert planned.site == "clean" and planned.plan.start == NOW + timedelta(hours=2)
+
+
+def test_placed_starts_lie_on_the_crons_grid_not_on_when_planning_ran() -> None:
+    from flows.placing import on_grid, plan_placement
+
+    fired = datetime(2026, 3, 1, 21, 0, tzinfo=timezone.utc)  # the cron's planning run fires at the earliest start
+    assert on_grid(fired + timedelta(seconds=7), fired, 900) == fired + timedelta(minutes=15)
+    assert on_grid(fired, fired, 900) == fired
+    assert on_grid(fired - timedelta(minutes=20), fired, 900) == fired - timedelta(minutes=15)
+    spec = _policy(_site("a", changeover_s=0.0)).model_dump()
+    spec["job"].update(cron="0 1 * * *", earliest_start_s=-4 * 3600, deadline_s=4 * 3600)
+    policy = Policy.model_validate(spec)
+    flat = IntensitySeries.of(IntensityPoint(fired + timedelta(hours=i), timedelta(hours=1), 300.0) for i in range(10))
+    nominal = fired + timedelta(hours=4)
+    placed = plan_placement(policy, nominal=nominal, now=fired + timedelta(seconds=7), forecasts={"a": flat})
+    assert placed.plan.start == fired + timedelta(minutes=15)  # the first slot of the grid not in the past
+    late = plan_placement(policy, nominal=fired + timedelta(hours=20), now=fired + timedelta(minutes=3, seconds=2),
+                          forecasts={"a": flat})  # an ad-hoc nominal: still the cron's grid
+    assert (late.plan.start - fired).total_seconds() % 900 == 0

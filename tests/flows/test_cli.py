@@ -67,6 +67,21 @@ def test_runs_json_empty_ledger() -> None:
     assert result.exit_code == 0 and json.loads(result.output) == []
 
 
+def test_runs_limit_0_lists_every_run() -> None:
+    from scheduler.ledger import Ledger
+
+    with Ledger() as ledger:
+        for i in range(25):
+            ledger.record({"run_id": f"r{i:02d}", "started_at": f"2026-01-01T00:{i:02d}:00+00:00", "policy": "p.yaml",
+                           "job": "j", "status": "completed", "backend": "simulated", "measured": False,
+                           "energy_j": 1.0, "carbon_g": 0.1, "duration_s": 2.0, "modes": []})
+    assert len(json.loads(runner.invoke(app, ["runs", "--json", "--limit", "0"]).output)) == 25
+    assert len(json.loads(runner.invoke(app, ["runs", "--json"]).output)) == 20
+    shown = runner.invoke(app, ["runs", "--limit", "0"]).output
+    assert "no runs recorded" not in shown and "r00" in shown and "r24" in shown
+    assert runner.invoke(app, ["runs", "--limit", "-1"]).exit_code == 2
+
+
 def test_intensity_from_packaged_trace_json() -> None:
     result = runner.invoke(app, ["intensity", "--provider", "trace", "--forecast", "--json"])
     assert result.exit_code == 0, result.output
@@ -112,6 +127,12 @@ def test_real_cli_run_json_prints_exactly_one_object(tmp_path: Path) -> None:
     assert report["measured"] is False and report["backend"] == "simulated"
     assert all({"mode", "start", "end"} <= set(m) for m in report["modes"])
     assert "epoch 2/2" in proc.stderr  # job output streamed into the logs, on stderr
+    # the first line says which server, before Prefect's import (its timing: benchmarks/run_overhead.py)
+    assert proc.stderr.splitlines()[0] == f"gridshift: using the Prefect server at {env['PREFECT_API_URL']}"
+    # every warning on stderr is in the report, for a reader of --json alone
+    warned = [line.removeprefix("gridshift: warning: ") for line in proc.stderr.splitlines()
+              if line.startswith("gridshift: warning: ")]
+    assert warned and set(warned) <= set(report["warnings"]), (warned, report["warnings"])
     listed = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "runs", "--json"],
                             capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     assert [r["run_id"] for r in json.loads(listed.stdout)] == [report["run_id"]]

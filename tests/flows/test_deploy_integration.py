@@ -22,9 +22,11 @@ pytestmark = pytest.mark.slow
 
 
 def _write_trace_and_policy(tmp_path: Path, now: datetime) -> tuple[Path, datetime]:
-    """Dirty now, clean two hours from now for two hours, dirty after; the job takes one hour."""
+    """Dirty now, clean two hours from now for two hours, dirty after; the job takes one hour. The
+    cron's next occurrence is the next whole hour, so a planning run started now plans that night."""
     t0 = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     valley = t0 + timedelta(hours=3)
+    occurrence = t0 + timedelta(hours=2)
     rows = []
     for i in range(4 * 30):
         t = t0 + timedelta(minutes=15 * i)
@@ -44,7 +46,7 @@ job:
   name: it-nightly
   command: [python, -c, "pass"]
   expected_duration_s: 3600
-  cron: "0 3 * * *"
+  cron: "0 {occurrence.hour} * * *"
   earliest_start_s: 0
   deadline_s: 28800
 backend: {{name: simulated}}
@@ -71,7 +73,7 @@ def test_deploy_defer_move_earlier_and_train_now(prefect_server, tmp_path):
     out = run_cli([str(BIN / "gridshift"), "deploy", str(policy), "--pool", "it-pool", "--json"], env)
     assert out.returncode == 0, out.stderr
     dep = json.loads(out.stdout)
-    assert dep["name"] == "gridshift-nightly/it-nightly" and dep["cron"] == "0 3 * * *"
+    assert dep["name"] == "gridshift-nightly/it-nightly" and dep["cron"] == f"0 {(valley - timedelta(hours=1)).hour} * * *"
     (schedule,) = httpx.get(f"{api}/deployments/{dep['deployment_id']}", timeout=10).json()["schedules"]
     assert schedule["parameters"] == {"plan": True}  # the cron makes planning runs; a run by hand trains
     again = run_cli([str(BIN / "gridshift"), "deploy", str(policy), "--pool", "it-pool", "--json"], env)

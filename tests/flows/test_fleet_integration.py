@@ -72,14 +72,16 @@ sites:
 """)
 
 
-def _workers(env: dict[str, str], tmp_path: Path) -> list[subprocess.Popen[bytes]]:
+def _workers(env: dict[str, str], tmp_path: Path, sites: tuple[str, ...] = SITES,
+             prefetch_s: int = PREFETCH_S) -> list[subprocess.Popen[bytes]]:
+    """One process worker per site on pool-<site>, each with a fake NVML of 2 GPUs, in its own session."""
     procs = []
-    for site in SITES:
+    for site in sites:
         state = tmp_path / f"nvml-{site}.json"
         write_state(state, default_state(gpus=2))
         wenv = {**env, "GRIDSHIFT_NVML_MODULE": "tests.fakes.fake_nvml", "GRIDSHIFT_FAKE_NVML_STATE": str(state),
                 "PYTHONPATH": str(REPO), "PREFECT_WORKER_QUERY_SECONDS": "1",
-                "PREFECT_WORKER_PREFETCH_SECONDS": str(PREFETCH_S)}
+                "PREFECT_WORKER_PREFETCH_SECONDS": str(prefetch_s)}
         log = open(tmp_path / f"worker-{site}.log", "wb")
         procs.append(subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", f"pool-{site}",
                                        "--type", "process"], env=wenv, cwd=REPO, stdout=log,
@@ -180,3 +182,246 @@ def test_three_nodes_eight_runs(prefect_server, tmp_path, monkeypatch):
             assert sum(len(o[3]) for o in active) <= 2
             devices = [d for o in active for d in o[3]]
             assert len(devices) == len(set(devices))
+
+
+# --- issue 19: a fleet under load and through a crash: two sites of 2 GPUs, each a process worker on its own pool -----
+
+SITES_19 = ("ld1", "ld2")
+#: the job of the loaded runs, and how long their GPUs stay booked past it (the flow's report and the next boot)
+LOAD_JOB_S, LOAD_CHANGEOVER_S = 10, 20
+#: the anchor: RUNNING on ld2 while every placement happens, then its node is killed
+ANCHOR_JOB_S = 900
+#: how far apart two flow processes booted for the same moment may start on a loaded 2-core machine
+BOOT_JITTER_S = 15
+TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+
+
+def _rising_trace(path: Path, level: float) -> None:
+    """``level`` g/kWh now, a little dirtier every 10 s: the planner starts as early as it can."""
+    t0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=5)
+    rows = [f"{t0 + timedelta(seconds=10 * i):%Y-%m-%dT%H:%M:%S}+00:00,{level + 0.05 * i:.2f}" for i in range(1200)]
+    path.write_text("timestamp,g_per_kwh\n" + "\n".join(rows) + "\n")
+
+
+def _site_policy(path: Path, name: str, job_s: int, traces: dict[str, Path]) -> None:
+    entries = "\n".join(f"""  - name: {s}
+    work_pool: pool-{s}
+    gpus_per_node: 2
+    changeover_s: {LOAD_CHANGEOVER_S}
+    carbon: {{provider: trace, zone: {s}, options: {{path: "{traces[s]}", replay: aligned}}}}""" for s in SITES_19)
+    path.write_text(f"""
+carbon: {{provider: trace, options: {{path: "{traces[SITES_19[0]]}", replay: aligned}}}}
+modes:
+  speed: {{power_limit_fraction: 1.0}}
+  efficiency: {{power_limit_fraction: 0.7, max_slowdown: 0.3}}
+rules: {{kind: plan, slot_s: 10, min_dwell_s: 0, deadline_margin_s: 0, min_gain: 0, interval_s: 60}}
+job:
+  name: {name}
+  command: [{sys.executable}, -c, "import time; time.sleep({job_s})"]
+  expected_duration_s: {job_s}
+  cron: "0 3 * * *"
+  deadline_s: 3600
+  gpus: 1
+backend: {{name: nvidia, options: {{control: false}}}}
+sites:
+{entries}
+""")
+
+
+def _flow_runs(api: str, deployment_names: list[str]) -> list[dict]:
+    query = {"deployments": {"name": {"any_": deployment_names}}, "limit": 200}
+    return httpx.post(f"{api}/flow_runs/filter", json=query, timeout=30).json()
+
+
+def _until(what: str, check, timeout_s: float):
+    """Poll ``check`` (the server's state, not the code's timing) until it returns a truthy value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(2)  # polling the server, not timing the code under test
+    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo += children.get(current, [])
+    return tree
+
+
+def _slots_in_use(api: str, limit: str) -> int:
+    return int(httpx.get(f"{api}/v2/concurrency_limits/{limit}", timeout=30).json()["active_slots"])
+
+
+def _full_during(runs: list[dict], site: str, at: datetime, length: timedelta) -> bool:
+    """Whether the placer, placing at ``at``, saw ``site``'s 2 GPUs both booked at some moment of ``[at, at + length)``.
+
+    Its own rule (:func:`flows.placing.booking_of_run`, padded by the changeover), over the runs
+    placed before ``at`` and not finished by then, in the states they had at ``at``.
+    """
+    from flows.placing import booking_of_run
+
+    spans = []
+    for run in runs:
+        placed = run["parameters"]["placement"]
+        if placed["site"] != site or _utc(placed["placed_at"]) >= at:
+            continue
+        if run["end_time"] and _utc(run["end_time"]) <= at:
+            continue  # finished: no longer among the runs the placer reads
+        begun = _utc(run["start_time"]) if run["start_time"] and _utc(run["start_time"]) <= at else None
+        booking = booking_of_run(placed, "RUNNING" if begun else "SCHEDULED", begun, at)
+        spans.append((booking.start, booking.end + timedelta(seconds=LOAD_CHANGEOVER_S), booking.gpus))
+    moments = [at] + [lo for lo, _, _ in spans if at < lo < at + length]
+    return any(sum(g for lo, hi, g in spans if lo <= m < hi) >= 2 for m in moments)
+
+
+@pytest.mark.timeout(900)  # a server start, two worker boots, sixteen flow processes and a crash detection
+def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkeypatch):
+    """Acceptance 1-3 of issue 19 on one real server with two process workers (ld1, ld2) on two pools."""
+    env = prefect_server.env_for(tmp_path)
+    api = prefect_server.url
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.deploy import CRASH_AFTER_S, deploy_policy
+    from flows.gpus import gpu_limit_name
+
+    monkeypatch.setenv("GRIDSHIFT_HOME", env["GRIDSHIFT_HOME"])
+    traces = {s: tmp_path / f"{s}.csv" for s in SITES_19}
+    _rising_trace(traces["ld1"], 200.0)
+    _rising_trace(traces["ld2"], 100.0)  # ld2 is cleaner: with both free, a run goes there first
+    load, anchor = tmp_path / "load.yaml", tmp_path / "anchor.yaml"
+    _site_policy(load, "load19", LOAD_JOB_S, traces)
+    _site_policy(anchor, "anchor19", ANCHOR_JOB_S, traces)
+    workers = _workers(env, tmp_path, SITES_19, prefetch_s=60)
+    site_deps = [f"{job}-{s}" for job in ("load19", "anchor19") for s in SITES_19]
+    load_deps = [f"load19-{s}" for s in SITES_19]
+
+    def gridshift(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli([str(BIN / "gridshift"), *args], env, timeout=300)
+
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            # the main deployments run on ld1's pool: its worker runs the "Run", planning and crash-recording runs
+            for path in (load, anchor):
+                deploy_policy(path, work_pool="pool-ld1", schedule=False)
+        out = gridshift("submit", str(anchor), "--now", "--json")
+        assert out.returncode == 0, out.stderr
+        held = json.loads(out.stdout)
+        assert held["site"] == "ld2"
+        anchor_url = f"{api}/flow_runs/{held['flow_run_id']}"
+        _until("the anchor trains on ld2, holding its GPU slot",
+               lambda: httpx.get(anchor_url, timeout=30).json()["state_type"] == "RUNNING"
+               and _slots_in_use(api, gpu_limit_name("ld2")) == 1, 300)
+
+        # 1. with a placed run RUNNING: gridshift submit, the fleet deployment's "Run" and the planning run;
+        # 2. and at the same time ten `gridshift submit --now` at once
+        for extra in ([], ["-p", "plan=true"]):
+            out = run_cli([str(BIN / "prefect"), "deployment", "run", "gridshift-nightly/load19", *extra], env)
+            assert out.returncode == 0, out.stdout + out.stderr
+        procs = [subprocess.Popen([str(BIN / "gridshift"), "submit", str(load), *extra, "--json"], env=env, cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for extra in [[]] + [["--now"]] * 10]
+        outs = [p.communicate(timeout=400) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+        submitted = [json.loads(o)["flow_run_id"] for o, _ in outs]
+        ten = set(submitted[1:])
+        main_runs = _until("the Run and the planning run finished",
+                           lambda: (lambda rs: rs if len(rs) == 2 and all(r["state_type"] in TERMINAL for r in rs)
+                                    else None)(_flow_runs(api, ["load19"])), 420)
+        assert all(r["state_type"] == "COMPLETED" for r in main_runs), [r["state"] for r in main_runs]
+        runs = _until("the thirteen placed runs finished",
+                      lambda: (lambda rs: rs if len(rs) >= 13 and all(r["state_type"] in TERMINAL for r in rs)
+                               else None)(_flow_runs(api, load_deps)), 600)
+        anchor_run = httpx.get(anchor_url, timeout=30).json()
+        assert anchor_run["state_type"] == "RUNNING"  # it ran through every placement
+
+        # 3. the anchor's node dies while its run trains: its worker, the flow run's process and the job
+        node = workers[1]
+        for pid in _process_tree(node.pid):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                continue
+        killed = time.monotonic()
+        node.wait()
+        crashed = _until("the anchor is marked Crashed",
+                         lambda: (lambda r: r if r["state_type"] == "CRASHED" else None)(
+                             httpx.get(anchor_url, timeout=30).json()), 300)
+        crashed_after = time.monotonic() - killed
+        _until("its GPU slot is free", lambda: _slots_in_use(api, gpu_limit_name("ld2")) == 0, 300 - crashed_after)
+        freed_after = time.monotonic() - killed
+
+        def ledger_row() -> dict | None:
+            listed = gridshift("runs", "--job", "anchor19", "--json")
+            assert listed.returncode == 0, listed.stderr
+            rows = [r for r in json.loads(listed.stdout) if r.get("extra", {}).get("flow_run_id") == held["flow_run_id"]]
+            return rows[0] if rows else None
+
+        row = _until("the ledger has the crashed run", ledger_row, 300 - freed_after)
+        recorded_after = time.monotonic() - killed
+    finally:
+        _stop(workers)
+
+    print(f"crashed after {crashed_after:.0f} s, slot free after {freed_after:.0f} s, "
+          f"ledger row after {recorded_after:.0f} s")
+    # 1: each of the three kinds of placement made a run while the anchor was RUNNING
+    phase1 = [r for r in runs if r["id"] not in ten]
+    assert len(phase1) == 3 and submitted[0] in {r["id"] for r in phase1}
+    for run in phase1:
+        assert _utc(anchor_run["start_time"]) < _utc(run["created"]), (run["created"], anchor_run["start_time"])
+    # 2: one flow run per submitted job (none re-created to wait), all trained
+    assert len(runs) == 13 and {r["id"] for r in runs} >= ten
+    # all trained, but for a run the worker could not hand to a process: on a loaded machine the server's SQLite
+    # can answer 503 ("database is locked"), and Prefect then reports the run Crashed; the recorder records it
+    unsubmitted = {r["id"] for r in runs if r["state_type"] == "CRASHED"
+                   and (r["state"]["message"] or "").startswith("Failed to submit flow run to infrastructure")}
+    assert len(unsubmitted) <= 1 and all(r["state_type"] == "COMPLETED" for r in runs if r["id"] not in unsubmitted), \
+        [(r["name"], r["state_name"], r["state"]["message"]) for r in runs]
+    every = runs + [anchor_run]
+    waited = set()
+    for run in (r for r in runs if r["id"] in ten):  # one placed to wait had no site with a GPU free for it
+        placed = run["parameters"]["placement"]
+        at = _utc(placed["placed_at"])
+        if _utc(placed["start"]) - at > timedelta(seconds=2):
+            waited.add(placed["placed_at"])
+            length = _utc(placed["finish"]) - _utc(placed["start"])
+            assert all(_full_during(every, site, at, length) for site in SITES_19), (run["name"], placed)
+    assert waited  # thirteen runs on three free GPUs: some had to wait
+    out = gridshift("runs", "--from", "prefect", "--json", "--limit", "200")
+    assert out.returncode == 0, out.stderr
+    reports = [r for r in json.loads(out.stdout) if r["job"] == "load19"]
+    assert sorted(r["status"] for r in reports) == sorted(["crashed"] * len(unsubmitted) + ["completed"] * (13 - len(unsubmitted)))
+    reports = [r for r in reports if r["status"] == "completed"]
+    trained = [{"site": r["extra"]["site"], "held": _utc(r["extra"]["gpus_acquired_at"]), "ended": _utc(r["ended_at"]),
+                "placed_at": _utc(r["extra"]["placement"]["placed_at"]), "start": _utc(r["extra"]["placement"]["start"]),
+                "waited": r["extra"]["placement"]["placed_at"] in waited} for r in reports]
+    anchor_hold = {"site": "ld2", "held": _utc(anchor_run["start_time"]), "ended": datetime.now(timezone.utc)}
+    for site in SITES_19:  # never more runs holding GPUs on a site than it has
+        mine = [t for t in trained + [anchor_hold] if t["site"] == site]
+        for t in mine:
+            assert sum(1 for o in mine if o["held"] <= t["held"] < o["ended"]) <= 2, (site, t)
+        # the waiting runs' places in Prefect's queue (their scheduled starts) follow their arrival; two whose
+        # starts are seconds apart may swap by their processes' boot times, never by more
+        queue = sorted((t for t in trained if t["site"] == site and t["waited"]), key=lambda t: t["placed_at"])
+        assert [t["start"] for t in queue] == sorted(t["start"] for t in queue)
+        for first, then in zip(queue, queue[1:]):
+            assert first["held"] <= then["held"] + timedelta(seconds=BOOT_JITTER_S), (site, first, then)
+    # 3: marked crashed, slot free and a ledger row, each within 5 minutes of the kill
+    assert f"no heartbeat for {CRASH_AFTER_S} s" in crashed["state"]["message"]
+    assert crashed_after < 300 and freed_after < 300 and recorded_after < 300, (crashed_after, freed_after, recorded_after)
+    assert row["status"] == "crashed" and row["extra"]["site"] == "ld2" and "worker or node died" in row["error"]
+    fleet = gridshift("runs", "--from", "prefect", "--job", "anchor19")
+    assert fleet.returncode == 0 and "crashed" in fleet.stdout and "ld2" in fleet.stdout, fleet.stdout + fleet.stderr

@@ -67,3 +67,24 @@ def test_cli_import_stays_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize("how", ["--backend", "policy"])
+def test_run_on_nvidia_without_a_driver_is_refused_like_gpu_status(tmp_path: Path, how: str) -> None:
+    # before any server starts and before the ledger exists: exit 3 in `gpu status`'s words
+    import yaml
+
+    write_state(tmp_path / "nvml.json", default_state(driver=False))
+    env = _env(tmp_path, GRIDSHIFT_NVML_MODULE="tests.fakes.fake_nvml", GRIDSHIFT_FAKE_NVML_STATE=str(tmp_path / "nvml.json"))
+    policy = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
+    policy["job"]["command"] = [sys.executable, "-c", "print('the job ran')"]
+    if how == "policy":
+        policy["backend"] = {"name": "nvidia"}
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
+    args = ["run", str(tmp_path / "policy.yaml"), *(["--backend", "nvidia"] if how == "--backend" else [])]
+    status = _gridshift(env, "gpu", "status")
+    result = _gridshift(env, *args)
+    assert result.returncode == 3 == status.returncode, result.stderr
+    assert result.stderr == status.stderr and "no NVIDIA driver" in result.stderr
+    assert "Prefect server" not in result.stderr and "the job ran" not in result.stdout + result.stderr
+    assert not (tmp_path / "home" / "ledger.sqlite3").exists()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.job import JobHandle, start_callable, start_command
+from flows.job import KILL_NOW, JobHandle, start_callable, start_command
 
 REPO = Path(__file__).resolve().parents[2]
 BOUND_S = 10.0  # upper bound for anything to happen; a pass takes a fraction of it
@@ -117,6 +117,21 @@ def test_kill_escalates_to_sigkill_when_the_job_ignores_sigterm():
     handle = _sh("trap '' TERM; sleep 30 & echo $$ $!; wait", lines, kill_grace_s=0.2)
     shell, grandchild = _pids(lines.first())
     handle.kill()
+    assert handle.wait(timeout_s=BOUND_S) == -signal.SIGKILL
+    assert _gone(shell, grandchild)
+
+
+def test_kill_now_ends_the_grace_period_at_once():
+    # a second Ctrl-C sets KILL_NOW: a job that ignores SIGTERM gets SIGKILL without its grace period
+    # (an hour here: only KILL_NOW can end this kill() before the test's bound)
+    lines = Lines()
+    handle = _sh("trap '' TERM; sleep 30 & echo $$ $!; wait", lines, kill_grace_s=3600)
+    shell, grandchild = _pids(lines.first())
+    KILL_NOW.set()
+    try:
+        handle.kill()
+    finally:
+        KILL_NOW.clear()
     assert handle.wait(timeout_s=BOUND_S) == -signal.SIGKILL
     assert _gone(shell, grandchild)
 

@@ -17,7 +17,8 @@ from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.trace import TraceProvider
 from carbon.series import IntensityPoint, IntensitySeries
 from flows.job import start_command
-from flows.mode_file import ModeFileChannel, batch_size_labels, mode_batch_sizes
+from flows.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.span_settings import batch_size_settings
 from flows.supervise import supervise
 from plans.job_protocol import BatchSizeAck, GridshiftJob, ModeAnnouncement, read_mode_file
 from scheduler.decide import decide
@@ -114,8 +115,13 @@ def test_the_mode_file_changes_mid_run_and_the_job_switches_batch_size(tmp_path:
                     {"mode_seq": 1, "batch_size": 64, "epoch": float(switch_epoch)}]
     # what each span says is what the job acknowledged
     assert run.spans[0].settings.endswith("batch size 256 (acknowledged by the job at epoch 0)")
-    assert run.spans[1].settings.endswith(f"batch size 256 -> 64 (the job switched at epoch {switch_epoch})")
-    assert "power limit 420 W" in run.spans[1].settings
+    assert run.spans[1].settings.endswith(f"batch size 64 (was 256, the job switched at epoch {switch_epoch})")
+    assert run.spans[1].settings.startswith("power limit 420 W (set by gridshift, read back from the simulated GPU)")
+    assert [s.to_json() for s in run.spans[1].settings_detail] == [
+        {"name": "power_limit_w", "value": 420.0, "applied_by": "gridshift", "confirmed": True,
+         "how": "set by gridshift, read back from the simulated GPU"},
+        {"name": "batch_size", "value": 64, "applied_by": "job", "confirmed": True,
+         "how": f"was 256, the job switched at epoch {switch_epoch}"}]
 
 
 def test_a_job_that_ignores_the_mode_file_is_reported_with_its_start_batch_size(tmp_path: Path) -> None:
@@ -126,24 +132,27 @@ def test_a_job_that_ignores_the_mode_file_is_reported_with_its_start_batch_size(
     assert run.exit_code == 0
     assert [s.mode for s in run.spans] == ["speed", "efficiency"]
     assert job.seen_modes[-1]["mode"] == "efficiency"  # gridshift told it ...
-    assert run.spans[0].settings.endswith("batch size 256 (set at start)")
-    # ... but it never said it listened, so the report does not claim the new size
-    assert run.spans[1].settings.endswith("batch size 256 (set at start); the mode asks 64, which the job did not acknowledge")
-    assert "batch size 64" not in run.spans[1].settings.replace("asks 64", "")
+    # ... but it never said it listened, so no span claims it ran any batch size
+    assert run.spans[0].settings.endswith("batch size 256 (handed to the job, not confirmed)")
+    assert run.spans[1].settings.endswith("batch size 64 (handed to the job, not confirmed)")
+    for span in run.spans:
+        (size,) = [s for s in span.settings_detail if s.name == "batch_size"]
+        assert (size.applied_by, size.confirmed) == ("job", False)
 
 
-def test_labels_follow_acknowledgements_not_requests() -> None:
+def test_batch_sizes_are_confirmed_by_acknowledgements_not_requests() -> None:
     ann = [ModeAnnouncement(0, "speed", 256, ""), ModeAnnouncement(1, "efficiency", 64, ""),
            ModeAnnouncement(2, "speed", 256, ""), ModeAnnouncement(3, "eco", None, "")]
     # acknowledged the switch to 64, missed the switch back (it came between two epoch boundaries)
     acks = [BatchSizeAck(mode_seq=1, batch_size=64, epoch=3)]
-    assert batch_size_labels(ann, 256, acks) == [
-        "batch size 256 (set at start)",
-        "batch size 256 -> 64 (the job switched at epoch 3)",
-        "batch size 64 (acknowledged earlier); the mode asks 256, which the job did not acknowledge",
-        "batch size 64 (acknowledged earlier)",
+    assert [s.phrase() if s else "" for s in batch_size_settings(ann, 256, acks)] == [
+        "batch size 256 (handed to the job, not confirmed)",
+        "batch size 64 (acknowledged by the job at epoch 3)",
+        "batch size 256 (handed to the job, not confirmed; the job last acknowledged 64)",
+        "batch size 64 (acknowledged earlier by the job)",
     ]
-    assert batch_size_labels([ModeAnnouncement(0, "speed", None, "")], None, []) == [""]
+    assert [s.confirmed for s in batch_size_settings(ann, 256, acks)] == [False, True, False, True]  # type: ignore[union-attr]
+    assert batch_size_settings([ModeAnnouncement(0, "speed", None, "")], None, []) == [None]
 
 
 def test_the_job_helper_is_a_no_op_outside_gridshift(tmp_path: Path) -> None:

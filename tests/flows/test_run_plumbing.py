@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from flows.cli._signals import StopSignals
+from flows.job import KILL_NOW
 from flows.job import OUTPUT_THREAD_NAME
 from flows.prefect_server import configured_api_url
 from flows.run_logging import run_logging
@@ -66,17 +67,23 @@ def test_an_unwritable_log_folder_costs_the_file_not_the_run(tmp_path: Path) -> 
     assert path is None and stream.getvalue() == "gridshift: warning: still shown\n"
 
 
-def test_the_first_signal_raises_later_ones_mark_the_stop_forced() -> None:
+def test_the_first_signal_raises_the_second_hurries_the_third_raises() -> None:
     stop = StopSignals()
-    with pytest.raises(KeyboardInterrupt):
-        stop.handle(signal.SIGINT, None)
-    assert stop.exit_code == 130 and not stop.forced
-    with pytest.raises(SystemExit) as info:
+    with stop.installed():
+        with pytest.raises(KeyboardInterrupt):
+            stop.handle(signal.SIGINT, None)
+        assert stop.exit_code == 130 and not stop.forced and not KILL_NOW.is_set()
+        # the second must not raise: an exception in the flow's cleanup would lose the measured span
         stop.handle(signal.SIGTERM, None)
-    assert info.value.code == 143 and stop.forced and stop.exit_code == 130
-    stop.settle()
-    stop.handle(signal.SIGINT, None)  # counted only: the report is being printed
-    assert len(stop.received) == 3
+        assert stop.forced and KILL_NOW.is_set() and stop.exit_code == 130
+        with pytest.raises(SystemExit) as info:  # a cleanup that hangs can still be cut short
+            stop.handle(signal.SIGTERM, None)
+        assert info.value.code == 143
+        stop.settle()
+        stop.handle(signal.SIGINT, None)  # counted only: the report is being printed
+        assert len(stop.received) == 4
+    with StopSignals().installed():
+        assert not KILL_NOW.is_set()  # each run starts unhurried
 
 
 def test_the_handlers_are_installed_for_the_block_only() -> None:
@@ -125,3 +132,21 @@ def test_the_decision_line_names_the_mode_once(reason: str, shown: str) -> None:
               "deferred_s": 0.0, "duration_s": 1.0, "measured": False, "energy_j": 1.0, "carbon_g": 0.1,
               "intensity_g_per_kwh": 600.0, "intensity_kind": "marginal", "intensity_source": "trace"}
     assert shown in _human(report)
+
+
+def test_the_run_log_is_the_owners_only(tmp_path: Path) -> None:
+    with run_logging(tmp_path / "home" / "logs" / "r1.log", stream=io.StringIO()) as log:
+        logging.getLogger("gridshift.test").warning("a line")
+    assert log is not None and log.read_text().endswith("a line\n")
+    assert log.stat().st_mode & 0o777 == 0o600 and log.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_prefects_view_link_to_the_temporary_server_is_dropped() -> None:
+    # the temporary server has no UI and is gone after the run: a link to it would lead nowhere
+    from flows.cli.run import _no_view_link
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("prefect.flow_runs", logging.INFO, __file__, 1, message, None, None)
+
+    assert not _no_view_link(record("View at http://127.0.0.1:41234/runs/flow-run/abc"))
+    assert _no_view_link(record("Beginning flow run 'x' for flow 'carbon_aware_training'"))

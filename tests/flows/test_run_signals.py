@@ -9,12 +9,15 @@ the run back, and no process left: not in the group, not the job (its own sessio
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -160,3 +163,118 @@ def test_a_signal_to_the_process_group_stops_restores_and_records(tmp_path: Path
     assert _power_limit_mw(run_env) == ADMIN_LIMIT_MW  # the settings found before the run
     assert not any(_alive(p) for p in helpers), [p for p in helpers if _alive(p)]
     assert _group(proc.pid) == []
+
+
+class _Terminal:
+    """``gridshift run`` on a pseudo-terminal of its own, as in a terminal window: it leads the
+    session, the terminal is its controlling terminal, Ctrl-C is the byte the keyboard sends."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        master, slave = os.openpty()
+
+        def take_terminal() -> None:  # after setsid (start_new_session): the terminal becomes the session's
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=slave, stdout=slave, stderr=slave,
+                                     start_new_session=True, preexec_fn=take_terminal)
+        os.close(slave)
+        self.master: int | None = master
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        buffer = b""
+        while (master := self.master) is not None:
+            # never blocked in read(): that would keep the terminal open after close()
+            try:
+                if not select.select([master], [], [], 0.05)[0]:
+                    continue
+                chunk = os.read(master, 4096)
+            except OSError:  # closed, or the child side is gone
+                return
+            if not chunk:
+                return
+            buffer += chunk
+            *done, buffer = buffer.split(b"\n")
+            for raw in done:
+                line = raw.decode(errors="replace").rstrip("\r")
+                self.seen.append(line)
+                self.lines.put(line)
+
+    def wait_for(self, text: str, bound_s: float) -> None:
+        deadline = time.monotonic() + bound_s
+        while True:
+            try:
+                if text in self.lines.get(timeout=max(deadline - time.monotonic(), 0.01)):
+                    return
+            except queue.Empty:
+                pytest.fail(f"no {text!r} within {bound_s:.0f} s: " + "\n".join(self.seen))
+
+    def press_ctrl_c(self) -> None:
+        assert self.master is not None
+        os.write(self.master, b"\x03")  # the line discipline sends SIGINT to the foreground group
+
+    def close(self) -> None:
+        """Close the terminal window: the session leader gets SIGHUP, its writes fail from then on."""
+        master, self.master = self.master, None
+        if master is not None:
+            os.close(master)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.close()
+
+
+def _ledger_row(env: dict[str, str]) -> dict:
+    with Ledger(Path(env["GRIDSHIFT_HOME"]) / "ledger.sqlite3") as ledger:
+        (row,) = ledger.runs()
+    return row
+
+
+@pytest.mark.slow
+def test_a_double_ctrl_c_in_a_terminal_keeps_what_was_measured_and_restores_once(tmp_path: Path,
+                                                                                 run_env: dict[str, str]) -> None:
+    argv = [sys.executable, "-c", "from flows.cli import main; main()", "run", str(_policy(tmp_path))]
+    term = _Terminal(argv, run_env, tmp_path)
+    try:
+        term.wait_for("job-started", START_BOUND_S)
+        t0 = time.monotonic()
+        term.press_ctrl_c()
+        term.wait_for("GPU settings restored", STOP_BOUND_S)  # the first was handled: the second is a second
+        term.press_ctrl_c()
+        term.proc.wait(timeout=STOP_BOUND_S)
+        stopped_s = time.monotonic() - t0
+        term.wait_for("stopped by SIGINT", STOP_BOUND_S)  # the output is read to its end
+    finally:
+        term.kill()
+    out = "\n".join(term.seen)
+    assert term.proc.returncode == 130, out
+    # the first line, always: the temporary server is starting (its timing: benchmarks/run_overhead.py)
+    assert term.seen[0].startswith("gridshift: starting a temporary Prefect server"), out
+    assert stopped_s < STOP_BOUND_S  # a hang guard; the time itself: benchmarks/run_overhead.py
+    assert out.count("GPU settings restored") == 1, out
+    assert "Traceback" not in out and "internal error" not in out, out
+    assert "the job did not start" not in out, out
+    row = _ledger_row(run_env)
+    assert row["status"] == "failed" and "SIGINT" in row["error"], row
+    assert row["energy_j"] > 0 and row["modes"] and row["windows"], row  # measured up to the stop
+    assert _power_limit_mw(run_env) == ADMIN_LIMIT_MW
+
+
+@pytest.mark.slow
+def test_closing_the_terminal_exits_129_and_records_the_run(tmp_path: Path, run_env: dict[str, str]) -> None:
+    argv = [sys.executable, "-c", "from flows.cli import main; main()", "run", str(_policy(tmp_path))]
+    term = _Terminal(argv, run_env, tmp_path)
+    try:
+        term.wait_for("job-started", START_BOUND_S)
+        term.close()  # every later write of the run (the report, the last lines) fails with EIO
+        term.proc.wait(timeout=STOP_BOUND_S)
+    finally:
+        term.kill()
+    assert term.proc.returncode == 129, "\n".join(term.seen)
+    row = _ledger_row(run_env)
+    assert row["status"] == "failed" and "SIGHUP" in row["error"], row
+    assert _power_limit_mw(run_env) == ADMIN_LIMIT_MW

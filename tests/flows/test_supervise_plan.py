@@ -241,3 +241,43 @@ def test_a_pausable_job_runs_for_real_through_pause_and_resume(tmp_path: Path) -
     EpochPacedHandle(FakeClock(), argv, {}, straight).handle.wait(timeout_s=60)
     last = lambda out: [x for x in out if x.startswith(f"epoch {epochs}/")][-1].split("w_sum=")[1]  # noqa: E731
     assert last(lines) == last(straight)
+
+
+class LoadedHostJob(FakeJob):
+    """The same job on a host busy with other work: every mode runs ``host`` times slower in wall time."""
+
+    def __init__(self, *args: object, host: float) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.host = host
+
+    def _factor(self) -> float:
+        return super()._factor() * self.host
+
+
+@pytest.mark.parametrize("report_progress", [True, False])
+def test_simulated_energy_comes_from_the_model_not_from_the_hosts_load(report_progress: bool) -> None:
+    # issue 22: the same job gave 1094-2373 J on a busy machine, because the simulated GPU integrated
+    # its modelled power over wall time. With progress reports the work done is known and the energy
+    # is the model's: the modes' power over the modelled time of that work.
+    policy = _policy(work_h=1, deadline_h=10)
+    energies = []
+    for host in (1.0, 2.5):
+        clock = FakeClock()
+        backend = SimulatedBackend(clock=clock.monotonic)
+        monitor = _monitor(_series(lambda m: 300.0))
+        job = LoadedHostJob(clock, backend, policy.job.expected_duration_s, 1.25, host=host)
+
+        def sleep(s: float) -> None:
+            clock.t += timedelta(seconds=s)
+
+        run = supervise(policy=policy, backend=backend, caps=backend.capabilities(), control=True, monitor=monitor,
+                        first_reading=monitor.read(clock()), start_job=lambda env: job, now=clock, log=lambda _: None,
+                        deadline=T0 + timedelta(hours=10), figures=FIGURES, sleep=sleep,
+                        progress=job.progress if report_progress else None)
+        assert run.exit_code == 0 and {s.mode for s in run.spans} == {"efficiency"}
+        energies.append(run.energy_j)
+        assert run.windows[0].energy_j == pytest.approx(run.energy_j)
+    if report_progress:  # 1 h of work at efficiency (420 W, speed 0.8): 420 W x 1.25 h, on any host
+        assert energies[0] == pytest.approx(energies[1]) == pytest.approx(420.0 * 1.25 * H)
+    else:  # no evidence of the work done but wall time: the meter's figure, which grows with the load
+        assert energies[1] == pytest.approx(energies[0] * 2.5)

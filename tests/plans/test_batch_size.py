@@ -1,6 +1,8 @@
-"""The batch-size optimiser: guided walk, Thompson sampling with pooled noise, history fold, concurrency."""
+"""The batch-size optimiser: priced walks, edge optima far from the default, history fold, concurrency."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -8,6 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Trial
+from plans.zeus_trace import GridshiftPolicy, JobInfo, oracle, simulate, synthetic_trace
+from scheduler.batch_size_history import batch_size_config
+from scheduler.policy import BatchSizeSearch
 
 SIZES = (8, 16, 32, 64, 128, 256)
 
@@ -91,3 +96,65 @@ def test_converges_to_the_cheapest_on_a_unimodal_noisy_curve(best, noise, seed):
 
     seq, _ = drive(cost, n=40, seed=seed)
     assert seq[-10:].count(best) >= 7
+
+
+# -- the optimum at the edge of the search space, far from the default (issue 21, acceptance 3) -------
+@pytest.mark.parametrize("shape, recurrences", [("edge-small", 8), ("edge-large", 8), ("fine-tune", 8)])
+def test_finds_an_edge_optimum_far_from_the_default_on_every_seed(shape, recurrences):
+    # synthetic traces (plans/zeus_trace/synthetic.py), Zeus's simulator rules: edge-small's cheapest
+    # size is the smallest, 8x below the default; edge-large's the largest, 16x above; fine-tune's
+    # the smallest, 8x below, with whole epochs and noise
+    trace = synthetic_trace(shape)
+    info = JobInfo.of(trace, eta=0.5, beta=2.0)
+    best = oracle(trace, eta=0.5)[1]
+    assert best in (trace.batch_sizes[0], trace.batch_sizes[-1])
+    assert abs(math.log2(best / trace.default_b)) >= 3
+    for seed in range(10):
+        policy = GridshiftPolicy(info, rng=np.random.default_rng([seed, 1]))
+        res = simulate(policy, trace, recurrences=50, seed=seed, eta=0.5, beta=2.0)
+        first = next(e.recurrence for e in res.entries if e.batch_size == best and e.reached)
+        assert first <= recurrences, (shape, seed, first)
+        settled = [e.batch_size for e in res.entries if e.reached][-10:]
+        assert settled.count(best) >= 9, (shape, seed, settled)
+
+
+@settings(deadline=None, max_examples=25)
+@given(
+    edge=st.sampled_from(["low", "high"]),
+    bump=st.floats(min_value=0.0, max_value=0.1),
+    noise=st.floats(min_value=0.0, max_value=0.03),
+    seed=st.integers(min_value=0, max_value=1000),
+)
+def test_walks_through_dearer_sizes_to_an_edge_optimum(edge, bump, noise, seed):
+    # the held-back failure's shape: the sizes between the default and the cheapest (at an edge, 3
+    # doublings away) are up to 10 % dearer than the default; a rule that stops at the first worse
+    # size, or extrapolates its trend, never gets there. (With 5 % run noise and a 8 % bump some
+    # seeds do not walk through: docs/plans.md, "what it does not find".)
+    sizes = (8, 16, 32, 64, 128, 256, 512)
+    default = 64
+    target = 8 if edge == "low" else 512
+    rng = np.random.default_rng(seed + 1)
+
+    def cost(b):
+        if b == target:
+            c = 0.75
+        elif b == default:
+            c = 1.0
+        elif (b < default) == (target < default):
+            c = 1.0 + bump
+        else:
+            c = 1.0 + 0.3 * abs(math.log2(b / default))
+        return c * float(rng.lognormal(0.0, noise))
+
+    seq, _ = drive(cost, n=40, seed=seed, config=BatchSizeConfig(sizes, default))
+    assert target in seq[:6]
+    assert seq[-10:].count(target) >= 8
+
+
+def test_real_runs_build_exactly_the_optimiser_the_benchmark_measures():
+    search = BatchSizeSearch(sizes=(8, 16, 32), default=16, beta=3.0)
+    info = JobInfo(batch_sizes=(8, 16, 32), power_limits_w={b: (100, 200) for b in (8, 16, 32)}, default_b=16,
+                   max_epochs=10, eta=0.5, beta=3.0, max_power_w=200.0)
+    assert GridshiftPolicy(info, rng=np.random.default_rng(0)).bso.config == batch_size_config(search)
+    # no early stop in the policy: the walks are priced without a cap
+    assert batch_size_config(BatchSizeSearch(sizes=(8, 16), default=16, beta=None)).beta == math.inf

@@ -46,7 +46,7 @@ def test_a_mode_plan_loads_relative_to_the_policy_and_describes_its_modelled_sav
     assert mp.path == (tmp_path / "plans" / "eff.json").resolve()
     summary = mp.to_json()
     assert summary["predicted_energy_saving_pct"] == pytest.approx(7.5) and summary["predicted_slowdown_pct"] == 1.2
-    assert summary["modelled"] is True and "PlanExecutor" in summary["executed_by"]
+    assert summary["modelled"] is True and "ClockPlanRunner" in summary["executed_by"]
     assert "modelled: energy -7.5%" in mp.describe()
     # a simulated device stands in for any GPU model; its clock table still applies
     assert load_clock_plans(policy, path, SimulatedBackend().capabilities())["efficiency"].plan == mp.plan

@@ -49,3 +49,19 @@ def test_get_by_run_id(tmp_path: Path) -> None:
             ledger.record(_report(f"r{i}", f"2026-01-01T00:{i:02d}:00+00:00"))
         assert ledger.get("r0")["run_id"] == "r0"  # older than any "recent runs" window
         assert ledger.get("nope") is None
+
+
+def test_the_ledger_is_the_owners_only(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (tmp_path / "old").mkdir()
+    old = tmp_path / "old" / "ledger.sqlite3"
+    old.touch(mode=0o644)  # an older gridshift's ledger, made with the umask's mode
+    with Ledger(old):
+        pass
+    assert old.stat().st_mode & 0o777 == 0o600
+    with Ledger(home / "ledger.sqlite3") as ledger:
+        ledger.record(_report("r1", "2026-01-01T00:00:00+00:00"))
+        files = sorted(home.iterdir())  # while open: the -wal and -shm files too
+        assert [f.name for f in files] == ["ledger.sqlite3", "ledger.sqlite3-shm", "ledger.sqlite3-wal"]
+        assert {f.name: f.stat().st_mode & 0o777 for f in files} == {f.name: 0o600 for f in files}
+    assert home.stat().st_mode & 0o777 == 0o700

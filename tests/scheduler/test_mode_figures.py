@@ -48,7 +48,9 @@ def test_stored_profile_and_mode_json(policy):
     assert figs["speed"].power_w == pytest.approx(690.0) and figs["efficiency"].speed == pytest.approx(1 / 1.2)
     js = {"modes": {"speed": {"power_w": 700, "slowdown": 1.0}, "efficiency": {"power_w": 490, "slowdown": 1.25}}}
     figs = {m.name: m for m in figures_for_policy(policy, profile=js)}
-    assert figs["efficiency"].speed == pytest.approx(0.8) and figs["efficiency"].measured
+    # typed by hand: declared, never "measured"
+    assert figs["efficiency"].speed == pytest.approx(0.8) and not figs["efficiency"].measured
+    assert figs["efficiency"].source == "declared in profile"
 
 
 def test_backend_model_is_the_last_resort(policy):
@@ -64,4 +66,57 @@ def test_bad_zeus_csv_names_the_line(policy, tmp_path):
     f = tmp_path / "bad.csv"
     f.write_text("start_time,window_name,elapsed_time,gpu0_energy\n1,__GlobalPowerLimitOptimizer_250,x,5\n")
     with pytest.raises(PolicyError, match=r"bad.csv:2:"):
+        figures_for_policy(policy, profile=f)
+
+
+MODES_JSON = """{
+  "modes": {
+    "speed": {"power_w": 700, "slowdown": 1.0},
+    "efficiency": {"power_w": 490, "slowdown": SLOWDOWN}
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("slowdown, why", [("NaN", "positive finite number, got nan"), ("Infinity", "got inf"),
+                                           ("1e300", "1e.300 is implausible"), ("0", "got 0"), ("-1.2", "got -1.2"),
+                                           ('"slow"', "must be a number")])
+def test_a_bad_figure_in_a_modes_file_names_its_line(policy, tmp_path, slowdown, why):
+    f = tmp_path / "modes.json"
+    f.write_text(MODES_JSON.replace("SLOWDOWN", slowdown))
+    with pytest.raises(PolicyError, match=rf"^{f}:4: modes.efficiency.slowdown: .*{why}"):
+        figures_for_policy(policy, profile=f)
+
+
+def test_a_bad_power_in_a_modes_file_names_its_line(policy, tmp_path):
+    f = tmp_path / "modes.json"
+    f.write_text(MODES_JSON.replace("SLOWDOWN", "1.2").replace('"power_w": 700', '"power_w": -700'))
+    with pytest.raises(PolicyError, match=rf"^{f}:3: modes.speed.power_w: .*got -700"):
+        figures_for_policy(policy, profile=f)
+
+
+def test_gridshifts_own_modelled_table_stays_modelled(policy):
+    table = {"modes": {"speed": {"power_w": 700, "slowdown": 1.0}, "efficiency": {"power_w": 490, "slowdown": 1.2}},
+             "modelled": True, "source": "simulated H200 model"}
+    figs = {m.name: m for m in figures_for_policy(policy, profile=table)}
+    assert figs["efficiency"].source == "simulated H200 model" and not figs["efficiency"].measured
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-5"])
+def test_a_non_finite_zeus_row_names_its_line(policy, tmp_path, value):
+    f = tmp_path / "bad.csv"
+    f.write_text(ZEUS.replace("22.0", value))
+    with pytest.raises(PolicyError, match=rf"bad.csv:3: elapsed_time and energy must be positive finite"):
+        figures_for_policy(policy, profile=f)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_stored_profile_with_a_non_finite_figure_is_refused(policy, tmp_path, value):
+    import json
+
+    data = PowerProfile("H200", "abc", (LimitMeasurement(700, 1.0, 690.0),)).to_json()
+    data["measurements"][0]["time_per_step_s"] = value
+    f = tmp_path / "stored.json"
+    f.write_text(json.dumps(data))
+    with pytest.raises(PolicyError, match=rf"^{f}: .*implausible measurement"):
         figures_for_policy(policy, profile=f)

@@ -150,9 +150,9 @@ def test_schema_errors_and_file_checks_are_reported_together(tmp_path: Path) -> 
     text = (GOOD.replace("expected_duration_s: 60", "expected_duration_s: soon").replace("{column: hist}", "{path: gone.csv}")
             .replace("[python, -c, pass]", "[python, gone.py]"))
     lines = _errors(text, tmp_path)
-    # the carbon section passed the schema, so its file is checked; the job section did not, so its
-    # command is not checked on top of its schema error
-    assert [line.split(": ")[1] for line in lines] == ["job.expected_duration_s", "carbon.options.path"]
+    # each piece is checked on its own: the job's wrong duration hides neither its missing script
+    # nor the carbon section's missing file
+    assert [line.split(": ")[1] for line in lines] == ["job.expected_duration_s", "carbon.options.path", "job.command.0"]
 
 
 def test_relative_paths_are_read_from_the_policy_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
-from scheduler.policy_io import load_policy, policy_json_schema, schema_errors
+from scheduler.errors import PolicyError
+from scheduler.policy_io import load_policy, parse_policy, policy_json_schema, schema_errors
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -87,6 +88,7 @@ INVALID = {
     "blank command string": _with(job__command="   "),
     "callable without colon": _with(job__command=..., job__callable="main"),
     "callable without function": _with(job__command=..., job__callable="mod:"),
+    "checkpointable callable": _with(job__command=..., job__callable="m:f", job__checkpointable=True),
     "three sm clocks": _with(modes__speed={"sm_clock_mhz": [1, 2, 3]}),
     "float sm clock": _with(modes__speed={"sm_clock_mhz": 1500.5}),
     "schema version 2": _with(schema_version=2),
@@ -105,6 +107,15 @@ LOADER_ONLY = {
     "deadline leaves no room": _with(job__deadline_s=30),
     "rule names a mode that does not exist": _with(rules__clean_mode="sped"),
     "unbalanced quote in a string command": _with(job__command='python -c "pass'),
+}
+
+
+#: refused by the JSON schema and by the loader's checks (scheduler.policy_checks), which its schema stage leaves them to
+CHECKED = {
+    "nothing to run": _with(job__command=...),
+    "unknown provider": _with(carbon__provider="statik"),
+    "unknown fallback provider": _with(carbon__fallbacks=[{"provider": "static"}, {"provider": "wattime"}]),
+    "a cron of four fields": _with(job__cron="0 1 * *"),
 }
 
 
@@ -147,6 +158,14 @@ def test_what_no_schema_can_say_is_the_loaders_alone(name: str) -> None:
     data = LOADER_ONLY[name]
     assert _schema_ok(data), [e.message for e in VALIDATOR.iter_errors(data)]
     assert not _loader_ok(data)
+
+
+@pytest.mark.parametrize("name", list(CHECKED))
+def test_what_the_checks_refuse_the_schema_refuses_too(name: str) -> None:
+    data = CHECKED[name]
+    assert not _schema_ok(data), "the schema accepts it"
+    with pytest.raises(PolicyError):
+        parse_policy(yaml.safe_dump(data))
 
 
 def test_the_cli_prints_the_same_schema() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from scheduler.sqlite_file import connect_wal
+from carbon.sqlite_file import connect_wal
 
 
 def _open(db: str, start, out) -> None:

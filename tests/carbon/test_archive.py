@@ -1,0 +1,158 @@
+"""The forecast archive: bounded, owner-only, causal; and the monitor that fills it and fuses on it."""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from carbon.archive import ForecastArchive
+from carbon.monitor import CarbonMonitor, SourceSpec
+from carbon.providers.base import Provider
+from carbon.series import IntensityPoint, IntensitySeries
+
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+H = timedelta(hours=1)
+
+
+def _wave(t: datetime) -> float:
+    return 300.0 + 100.0 * math.sin(2 * math.pi * t.hour / 24)
+
+
+def _points(start: datetime, n: int, f=_wave, *, forecast: bool = False) -> list[IntensityPoint]:
+    return [IntensityPoint(start=start + k * H, duration=H, g_per_kwh=f(start + k * H), forecast=forecast, source="t")
+            for k in range(n)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(max_rows=st.integers(min_value=1, max_value=40), issues=st.lists(st.integers(min_value=1, max_value=12), max_size=8))
+def test_the_archive_never_holds_more_than_its_bound_and_drops_the_oldest(max_rows: int, issues: list[int]) -> None:
+    with ForecastArchive(":memory:", max_rows=max_rows) as a:
+        for d, n in enumerate(issues):
+            a.record(provider="p", zone="Z", issued_at=T0 + d * H, points=_points(T0 + d * H, n, forecast=True))
+            a.observe(zone="Z", points=_points(T0 + d * H, n))
+            held = a.rows()
+            assert held[0] <= max_rows and held[1] <= max_rows
+        if issues:
+            newest = a.joined()[-1].issued_at
+            assert newest == T0 + (len(issues) - 1) * H  # trimming kept the newest issue
+
+
+def test_the_file_is_owner_only_and_joins_what_was_seen(tmp_path) -> None:
+    path = tmp_path / "home" / "forecasts.sqlite"
+    with ForecastArchive(path) as a:
+        a.record(provider="p", zone="Z", issued_at=T0, points=_points(T0 + H, 3, lambda t: 100.0, forecast=True))
+        a.observe(zone="Z", points=_points(T0, 2, lambda t: 90.0))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with ForecastArchive(path) as again:
+        rows = again.joined(provider="p")
+    assert [(r.lead_s, r.forecast_g_per_kwh, r.observed_g_per_kwh) for r in rows] == [
+        (3600.0, 100.0, 90.0), (7200.0, 100.0, None), (10800.0, 100.0, None)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(issue_h=st.lists(st.integers(min_value=0, max_value=24 * 6), min_size=1, max_size=12),
+       now_h=st.integers(min_value=24, max_value=24 * 6))
+def test_nothing_issued_or_seen_after_a_decision_reaches_its_record(issue_h: list[int], now_h: int) -> None:
+    now = T0 + now_h * H
+    with ForecastArchive(":memory:") as a:
+        for h in issue_h:  # each issue says its own issue hour, so a leak shows as a value > now
+            a.record(provider="p", zone="Z", issued_at=T0 + h * H, points=_points(T0 + h * H, 30, lambda t, h=h: float(h),
+                                                                                    forecast=True))
+        a.observe(zone="Z", points=_points(T0, 24 * 7, lambda t: (t - T0) / H))
+        for hc in a.hindcasts(providers=["p"], zone="Z", now=now, origin=now, step=H, n=12, days=5):
+            said = hc.inputs["p"]
+            assert np.all(np.isnan(said) | (said <= now_h))
+            seen = hc.observed[~np.isnan(hc.observed)]
+            assert np.all(seen <= now_h)  # observed index (hours since T0) never after now
+        cur = a.said(provider="p", zone="Z", issued_by=now, at=now, step=H, n=12)
+        assert np.all(np.isnan(cur) | (cur <= now_h))
+
+
+class Forecasting(Provider):
+    """A provider whose forecast runs 50 g high all day: the fusion should learn to take it off."""
+
+    name = "fc"
+    zone = "Z"
+
+    def current(self, *, now: datetime) -> IntensityPoint:
+        return IntensityPoint(start=now.replace(minute=0), duration=H, g_per_kwh=_wave(now.replace(minute=0)), source="fc")
+
+    def history(self, *, start: datetime, end: datetime) -> IntensitySeries:
+        first = start.replace(minute=0, second=0, microsecond=0)
+        return IntensitySeries.of(_points(first, int((end - first) / H)), zone="Z")
+
+    def forecast(self, *, now: datetime, horizon: timedelta) -> IntensitySeries:
+        first = now.replace(minute=0, second=0, microsecond=0) + H
+        return IntensitySeries.of(_points(first, int(horizon / H), lambda t: _wave(t) + 50.0, forecast=True), zone="Z")
+
+
+def test_the_monitor_archives_every_forecast_and_fuses_on_the_record() -> None:
+    archive = ForecastArchive(":memory:")
+    monitor = CarbonMonitor([SourceSpec("fc", Forecasting)], archive=archive, forecast_horizon=timedelta(hours=12),
+                            learn_window=timedelta(days=3))
+    for d in range(10):  # one read a day at 21:00: the record the fusion learns from
+        r = monitor.read(T0 + timedelta(days=d, hours=21))
+    providers = {p for p, _ in archive.providers()}
+    assert providers == {"fc", "forecast:daily_profile", "forecast:fused"}
+    assert r.forecast_by == "forecast:fused"
+    assert any(n.startswith("forecast:fused forecast (") for n in r.notes)
+    ahead = [p for p in r.series if p.forecast]
+    err = np.mean([abs(p.g_per_kwh - _wave(p.start)) for p in ahead])
+    assert err < 5.0  # the provider's 50 g bias (or the history forecast) learned; raw it would be 50
+    monitor.close()
+
+
+def test_the_forecasts_command_scores_what_the_monitor_archived(capsys) -> None:
+    from carbon.scorecard import scorecard
+    from carbon.skill import StartWindow
+    from flows.cli import app
+    from flows.cli._errors import run_guarded
+    from flows.sources import forecast_archive_path
+
+    monitor = CarbonMonitor([SourceSpec("fc", Forecasting)], archive=ForecastArchive(forecast_archive_path()),
+                            forecast_horizon=timedelta(hours=12), learn_window=timedelta(days=3))
+    for d in range(6):
+        monitor.read(T0 + timedelta(days=d, hours=21))
+    monitor.close()
+    with ForecastArchive(forecast_archive_path()) as a:  # scored as of the last read's next morning
+        card = scorecard(a, provider="fc", zone="Z", now=T0 + timedelta(days=6, hours=9), origin_hour=21,
+                         window=StartWindow(reference=4, starts=tuple(range(9)), length=3))
+    assert card.nights == 5 and card.start_gain_share == 1.0  # a steady bias does not move the best start
+    assert card.rank_correlation == 1.0
+    assert all(abs(s.bias_g_per_kwh - 50.0) < 1e-9 for s in card.leads)
+    assert run_guarded(app, ["forecasts", "--provider", "fc", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [p["provider"] for p in out["providers"]] == ["fc"] and out["providers"][0]["leads"][0]["lead_h"] == 1
+    assert run_guarded(app, ["forecasts"]) == 0
+    assert "forecast:fused [Z]" in capsys.readouterr().out
+
+
+class Backwards(Forecasting):
+    """A forecast with the night upside down: clean where it is dirty."""
+
+    def forecast(self, *, now: datetime, horizon: timedelta) -> IntensitySeries:
+        first = now.replace(minute=0, second=0, microsecond=0) + H
+        return IntensitySeries.of(_points(first, int(horizon / H), lambda t: 600.0 - _wave(t), forecast=True), zone="Z")
+
+
+def test_the_gate_closes_on_a_record_without_gain_and_stays_open_on_a_good_one() -> None:
+    from carbon.scorecard import scorecard
+    from carbon.skill import StartWindow, trusts_start
+
+    window = StartWindow(reference=4, starts=tuple(range(9)), length=3)
+    for provider, trusted in ((Backwards, False), (Forecasting, True)):
+        archive = ForecastArchive(":memory:")
+        monitor = CarbonMonitor([SourceSpec("fc", provider)], archive=archive, forecast_horizon=timedelta(hours=12),
+                                learn_window=timedelta(days=2), history_window=timedelta(hours=1), forecaster=None)
+        for h in range(0, 24 * 9, 3):  # reads every 3 h, each fetching the history since the last
+            monitor.read(T0 + timedelta(hours=h))
+        card = scorecard(archive, provider="fc", zone="Z", now=T0 + timedelta(days=9), origin_hour=6, window=window)
+        assert card.nights >= 7
+        assert trusts_start(card.start_gain_share, card.nights) is trusted
+        monitor.close()
