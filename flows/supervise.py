@@ -342,6 +342,11 @@ def _follow_plans(policy: Policy, modes: _Modes, *, monitor: CarbonMonitor, star
             if note and not any("cannot be met" in w for w in run.warnings):
                 log(f"warning: {note}")
                 run.warnings.append(note)
+        if plan.rounding_exceeded and not any("work count" in w for w in run.warnings):
+            note = (f"{t:%H:%M}: the planner's work count of the plan is off by {plan.rounding:.1%} of the work, "
+                    f"more than its {plan.max_rounding:.0%} bound; the plan may cost that much more than the optimum")
+            log(f"warning: {note}")
+            run.warnings.append(note)
         if "plan" not in run.extra:
             run.extra["plan"] = _plan_json(plan)
             run.reason = plan.reason
@@ -469,6 +474,7 @@ def _on_the_models_clock(spans: list[ModeSpan], work_s: float, figures: Mapping[
 def _plan_json(plan: RunPlan) -> dict[str, Any]:
     return {"start": plan.start.isoformat(), "finish": plan.finish.isoformat(), "feasible": plan.feasible,
             "energy_j": plan.energy_j, "carbon_g": plan.carbon_g, "reasons": list(plan.reasons),
+            "rounding": plan.rounding, "max_rounding": plan.max_rounding,
             "segments": [{"mode": s.mode, "start": s.start.isoformat(), "end": s.end.isoformat(),
                           "work_s": s.work_s} for s in plan.segments],
             "label": "modelled (the plan's forecast and mode figures)"}

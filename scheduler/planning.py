@@ -24,7 +24,8 @@ from scheduler.cron import next_runs
 from scheduler.policy import JobSpec, PlanRule, Policy
 from scheduler.service import PlannedRun, nominal_runs
 
-__all__ = ["StartChoice", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plans_with_planner", "policy_figures", "run_key"]
+__all__ = ["StartChoice", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
+           "plans_with_planner", "policy_figures", "run_key"]
 
 
 def run_key(policy: Policy, nominal: datetime) -> str:
@@ -51,7 +52,8 @@ def plans_with_planner(policy: Policy) -> bool:
     return isinstance(policy.rules, PlanRule)
 
 
-def _constraints(policy: Policy) -> PlanConstraints:
+def plan_constraints(policy: Policy) -> PlanConstraints:
+    """The planner's constraints for a planning policy: one place, for the flow, deploy, serve and simulate."""
     rules = policy.rules
     if not isinstance(rules, PlanRule):
         raise ValueError(f"rules.kind {rules.kind!r} decides by thresholds (scheduler.decide), not by the planner")
@@ -88,7 +90,7 @@ def plan_policy_job(
     if start_now and running_mode is None:
         running_mode = policy.rules.clean_mode
         running_since = now - timedelta(seconds=policy.rules.min_dwell_s)
-    constraints = _constraints(policy)
+    constraints = plan_constraints(policy)
     if deadline is None:
         slowest = min(f.speed for f in figures)
         deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + constraints.slot_s)

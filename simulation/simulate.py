@@ -39,6 +39,7 @@ from scheduler.decide import ModeState, decide
 from scheduler.errors import PolicyError
 from scheduler.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, plan_slots
+from scheduler.planning import plan_constraints
 from scheduler.policy import PlanRule, Policy, RelativeRule
 from scheduler.shifting import best_start_over_modes
 from simulation.sim_forecast import GridForecaster, StartGate, start_window
@@ -596,9 +597,8 @@ def simulate(
     plan_rule = rule if isinstance(rule, PlanRule) else PlanRule(clean_mode=rule.clean_mode, dirty_mode=rule.dirty_mode,
                                                                  min_dwell_s=rule.min_dwell_s, interval_s=rule.interval_s,
                                                                  slot_s=step)
-    # re-planned every interval, so a coarser work quantum (3 % instead of 1 %) is corrected at the next plan
-    constraints = PlanConstraints(min_dwell_s=plan_rule.min_dwell_s, deadline_margin_s=plan_rule.deadline_margin_s,
-                                  slot_s=plan_rule.slot_s, min_gain=plan_rule.min_gain, max_rounding=0.03)
+    # the product's constraints, built where the product builds them (the same rounding bound too)
+    constraints = plan_constraints(policy.model_copy(update={"rules": plan_rule}))
     objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
     grid_s = _gcd_s(step, plan_rule.slot_s, plan_rule.interval_s, threshold_policy.rules.interval_s)
     ctx = _JobContext(policy=policy, threshold_policy=threshold_policy, truth=truth, t0=t0, modes=tuple(modes),

@@ -82,6 +82,9 @@ def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
     if len(report["modes"]) > _SPANS_SHOWN:
         lines.append(f"  settings   ... {len(report['modes']) - _SPANS_SHOWN} more spans (--json has them all)")
     extra = report.get("extra", {})
+    if "rounding" in extra.get("plan", {}):
+        p = extra["plan"]
+        lines.append(f"  plan       work counted to {p['rounding']:.2%} by the planner (bound {p['max_rounding']:.0%})")
     if "batch_size_trial" in extra:
         t = extra["batch_size_trial"]
         bound = f", stop at {t['cost_bound_j']:.0f} J" if t.get("cost_bound_j") else ""

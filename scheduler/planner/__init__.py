@@ -70,7 +70,7 @@ class PlanConstraints:
     min_dwell_s: float = 0.0
     deadline_margin_s: float = 0.0
     slot_s: float = 300.0
-    max_rounding: float = 0.01      # work the solver's quantum may drop per mode-slot (see solve.choose_quantum)
+    max_rounding: float = 0.01      # share of the work the solver's count of a plan may be off by (solve.choose_quantum); past it the plan says so
     min_gain: float = 0.0           # move the start off job.reference_start only for at least this relative forecast gain
 
 
@@ -97,6 +97,13 @@ class RunPlan:
     feasible: bool
     reasons: tuple[str, ...]
     slot_modes: tuple[str | None, ...] = field(default=(), repr=False)  # mode per slot from ``start`` (None = waiting)
+    rounding: float = 0.0       # share of the work the solver's count of this plan was off by (its work quantum's error)
+    max_rounding: float = 0.01  # the bound it was planned under (PlanConstraints.max_rounding); past it, a reason warns
+
+    @property
+    def rounding_exceeded(self) -> bool:
+        """True when the solver's count of this plan is off by more than its bound (the reasons say so)."""
+        return self.rounding > self.max_rounding
 
     @property
     def reason(self) -> str:
@@ -167,9 +174,10 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
         sp = solve_slots(intensity, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
         margin_dropped = sp.feasible
     if not sp.feasible:
-        sp = fastest_slots(first, job.work_s, speed, slot)
-        if running is not None and forced:
-            sp = fastest_slots(0, job.work_s, speed, slot)
+        # a paused job that starts again resumes: the fastest finish does the resume's work too
+        overhead = job.resume_overhead_s if job.pausable and job.resuming and running is None else 0.0
+        sp = fastest_slots(0 if running is not None and forced else first, job.work_s, speed, slot,
+                           resume_overhead_s=overhead)
     c = np.concatenate((intensity, np.full(max(len(sp.modes) - len(intensity), 0), intensity[-1] if len(intensity) else 0.0)))
     ran, energy, carbon, finish_s = account(sp.modes, c, power, speed, slot_s=slot, work_s=job.work_s,
                                             resume_overhead_s=job.resume_overhead_s if job.pausable else 0.0,
@@ -197,14 +205,20 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
         feasible = True
     if not explain:
         return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
-                       feasible=feasible, reasons=(), slot_modes=tuple(names[m] if m >= 0 else None for m in sp.modes))
+                       feasible=feasible, reasons=(), slot_modes=tuple(names[m] if m >= 0 else None for m in sp.modes),
+                       rounding=sp.rounding, max_rounding=constraints.max_rounding)
     reasons, seg_reasons = explain_plan(built, list(modes), c, slot_s=slot, now=now, job=job, objective=objective,
                                    first_slot=first, feasible=feasible, margin_dropped=margin_dropped,
                                    deadline_margin_s=constraints.deadline_margin_s)
+    if sp.rounding > constraints.max_rounding:
+        reasons.append(f"warning: the planner's work count of this plan is off by {sp.rounding:.1%} of the work, more "
+                       f"than its {constraints.max_rounding:.0%} bound, so the plan may cost that much more than "
+                       "the exact optimum")
     built = [Segment(s.start, s.end, s.mode, s.work_s, s.energy_j, s.carbon_g, r) for s, r in zip(built, seg_reasons)]
     slot_modes = tuple(names[m] if m >= 0 else None for m in sp.modes)
     return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
-                   feasible=feasible, reasons=tuple(reasons), slot_modes=slot_modes)
+                   feasible=feasible, reasons=tuple(reasons), slot_modes=slot_modes, rounding=sp.rounding,
+                   max_rounding=constraints.max_rounding)
 
 
 def plan_run(series: IntensitySeries, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,

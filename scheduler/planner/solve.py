@@ -11,12 +11,16 @@ every mode entered (at the start, on a switch, on resume) is held at least ``dwe
 unless the work runs out first; a non-pausable job runs without a gap from its start; each resume
 adds ``resume_overhead_s`` of work.
 
-Work is counted in whole quanta of ``quantum_s`` reference seconds, and a mode is credited with the
-quanta it completes in a slot rounded *down*: every plan the solver returns does at least the work
-it counts, so it is never later than it says. The quantum is chosen so that this rounding is at
-most ``max_rounding`` of any mode's work per slot (see :func:`choose_quantum`); within that, the
-result is the exact optimum of the slotted problem (tests cross-check it against brute force and a
-MILP). The real finish and carbon of the chosen slots are then recomputed with the true speeds.
+Work is counted in whole quanta of ``quantum_s`` reference seconds. A mode is credited, by the end of
+slot ``t``, the whole quanta of its exact work since slot 0 (``floor(speed x slot_s x t / quantum_s)``),
+so a run of a mode from slot ``a`` to ``b`` is credited its exact work rounded once, not once per slot:
+a plan's count is off by less than one quantum per mode run, however long the job (a per-slot round-down
+lost up to 8 % on 12 h jobs). The plan the values imply is then checked on the true speeds and
+repaired: when its slots do less work than the job needs it is solved again for more quanta, when
+they do noticeably more, for fewer (:func:`solve_slots`); the work the count was off by is returned as
+``SlotPlan.rounding``. ``tests/scheduler/test_planner_exact.py`` and ``benchmarks/simulate_exact.py``
+compare the result with exact solvers that share no code with it (``benchmarks/exact_slots.py``). The
+real finish and carbon of the chosen slots are recomputed with the true speeds.
 """
 
 from __future__ import annotations
@@ -30,6 +34,18 @@ __all__ = ["SlotPlan", "choose_quantum", "solve_slots", "fastest_slots", "accoun
 
 _J_PER_KWH = 3.6e6
 _WAIT = -1
+#: mode runs a plan's work count is budgeted for (the count is off by under one quantum per run)
+_RUNS = 4
+#: quanta every mode gains in a slot at least: a slot's share of work is resolved to a third, and a
+#: run's first slot keeps two after its one-quantum entry tax (see solve_slots)
+_MIN_QUANTA_PER_SLOT = 3
+#: work levels at most, whatever max_rounding asks: memory and time stay bounded, and a plan that
+#: this leaves counted worse than its bound says so (RunPlan.rounding_exceeded)
+_MAX_LEVELS = 20000
+#: quanta above the job's work the values cover, so that a repair can ask for more without solving again
+_HEADROOM = 16
+#: repairs of one plan on the true speeds (each replays the values for another count of quanta)
+_REPAIRS = 6
 
 
 @dataclass(frozen=True)
@@ -40,18 +56,31 @@ class SlotPlan:
     feasible: bool
     objective: float           # carbon g + time value, as optimised (inf when infeasible)
     resumes: int
+    rounding: float = 0.0      # |true work of the chosen slots - the solver's count of it| / work: its quantum's error
 
 
-def choose_quantum(speeds: np.ndarray, slot_s: float, work_s: float, *, max_levels: int = 1500,
-                   max_rounding: float = 0.01) -> float:
-    """Work quantum (reference seconds): the coarsest whose round-down loses at most ``max_rounding``
-    of any mode's work per slot, searched among slot_s / k for k up to what ``max_levels`` allows."""
-    k_max = max(int(max_levels * slot_s / max(work_s, 1e-9)), 4)
-    ks = np.arange(4, k_max + 1, dtype=float)
-    per = np.asarray(speeds, dtype=float)[None, :] * ks[:, None]
-    err = np.max((per - np.floor(per + 1e-9)) / per, axis=1)
-    ok = np.flatnonzero(err <= max_rounding)
-    return slot_s / ks[ok[0] if ok.size else int(np.argmin(err))]
+def choose_quantum(speeds: np.ndarray, slot_s: float, work_s: float, *, max_rounding: float = 0.01) -> float:
+    """Work quantum (reference seconds): ``_RUNS`` quanta are at most ``max_rounding`` of the work.
+
+    A plan's count is off by under one quantum per mode run (see the module docstring), so a plan
+    of up to ``_RUNS`` runs is counted within ``max_rounding``; the repair on true speeds catches
+    the rest. The number of work levels is then ``_RUNS / max_rounding`` whatever the job's length.
+    No quantum is longer than a third of the slowest mode's work in one slot, so every mode gains in
+    every slot, the first of a run too (which is credited one quantum less, see :func:`solve_slots`).
+    """
+    speeds = np.asarray(speeds, dtype=float)
+    work_s = max(work_s, 1e-9)
+    q = max(min(float(np.min(speeds)) * slot_s / _MIN_QUANTA_PER_SLOT, max_rounding * work_s / _RUNS),
+            work_s / _MAX_LEVELS)
+    # whole quanta per slot for the fastest mode: its runs are counted exactly, so a deadline that the
+    # fastest run meets is never refused for a rounding
+    fastest = float(np.max(speeds)) * slot_s
+    return fastest / math.ceil(fastest / q - 1e-9)
+
+
+def _credits(speed: np.ndarray, slot_s: float, q: float, n: int) -> np.ndarray:
+    """Quanta credited to each mode by the end of each slot counted from slot 0: shape (n + 1, modes)."""
+    return np.floor(np.arange(n + 1)[:, None] * (speed * slot_s / q)[None, :] + 1e-9).astype(np.int64)
 
 
 def solve_slots(
@@ -86,12 +115,12 @@ def solve_slots(
         return SlotPlan(np.zeros(0, dtype=int), True, 0.0, 0)
     if T <= (0 if running_mode is not None else first_start):
         return SlotPlan(np.zeros(0, dtype=int), False, math.inf, 0)
+    speed = np.asarray(speed, dtype=float)
     q = quantum_s or choose_quantum(speed, slot_s, work_s)
-    gain = np.maximum(np.floor(speed * slot_s / q + 1e-9).astype(np.int64), 1)        # quanta per slot, per mode
+    F = _credits(speed, slot_s, q, T + D + 1)                                         # (T + D + 2, M)
     L = int(math.ceil(work_s / q - 1e-9))
     o = int(math.ceil(resume_overhead_s / q - 1e-9)) if pausable else 0
-    R = L + o
-    W = R + 1
+    W = L + o + _HEADROOM + 1
     resuming = resuming and pausable and running_mode is None
     inf = math.inf
     energy_g = power_w * slot_s / _J_PER_KWH                                           # g per slot per g/kWh
@@ -104,65 +133,87 @@ def solve_slots(
     # so every transition that finishes reads it and adds its own finishing cost.
     r = np.arange(W)[None, :]
     base = np.arange(M)[:, None] * W
-    g = gain[:, None]
-    fin_c = (r <= g) & (r > 0)
-    take_c = (base + np.where(r > g, r - g, 0)).ravel()
-    e_cont = (energy_g[:, None] * np.where(r > g, 1.0, r / g)).ravel()              # x c[t]
-    tv_fin = np.where(fin_c, r / g, 0.0).ravel()                                      # finish offset in the slot
-    tv_mask = fin_c.ravel().astype(float)
-    take_b = (base + np.where(r > g * D, r - g * D, 0)).ravel()
-    e_full = (energy_g[:, None] * (r > g * D)).ravel()                                # x (cum[t+D] - cum[t])
-    fin_pos = np.flatnonzero(((r <= g * D) & (r > 0)).ravel())
-    rr = np.broadcast_to(r, (M, W)).ravel()[fin_pos]
-    gg = np.broadcast_to(g, (M, W)).ravel()[fin_pos]
-    nb = np.maximum(np.ceil(rr / gg - 1e-12).astype(np.int64) - 1, 0)
-    fb = rr / gg - nb
-    eb = np.broadcast_to(energy_g[:, None], (M, W)).ravel()[fin_pos]
-    ts = np.arange(T)[:, None]
-    ends = ts + nb[None, :] + fb[None, :]
-    fin_block = eb * (cum[ts + nb] - cum[ts] + fb * c[ts + nb]) + tv * ends          # (T, |fin_pos|)
-    fin_block[ends > T + 1e-9] = inf
+    e_col = energy_g[:, None]
+    # finishing inside a dwell block entered at t, for every t at once: (T, M, Rf) over work left r < Rf
+    ts = np.arange(T)
+    CF = F[ts[:, None] + np.arange(D + 1)[None, :]] - F[ts][:, None, :]              # (T, D + 1, M) credited since t
+    # a run entered at t is credited one quantum less (a mode whose slot work is not whole quanta): its
+    # count, floor(end) - floor(start) - 1, is then never more than its true work, so a plan is never
+    # later than it says and the solver gains nothing by switching modes to catch a rounding
+    tax = (np.abs(speed * slot_s / q - np.round(speed * slot_s / q)) > 1e-9).astype(np.int64)
+    CF[:, 1:, :] -= tax[None, None, :]
+    Rf = min(int(CF[:, D, :].max()) + 1, W)
+    rf = np.arange(Rf)
+    jj = np.minimum((CF[:, 1:, :, None] < rf[None, None, None, :]).sum(axis=1), D - 1)   # (T, M, Rf): finishing slot
+    tix, mix = ts[:, None, None], np.arange(M)[None, :, None]
+    lo, hi = CF[tix, jj, mix], CF[tix, jj + 1, mix]
+    fb = (rf[None, None, :] - lo) / np.maximum(hi - lo, 1)
+    tj = tix + jj
+    ends = tj + fb
+    fin_all = energy_g[None, :, None] * (cum[tj] - cum[ts][:, None, None] + fb * c[tj]) + tv * ends
+    fin_all[ends > T + 1e-9] = inf
+    fin_mask = (rf[None, None, :] <= CF[:, D, :, None]) & (rf[None, None, :] > 0)
 
-    V = np.empty((T + D + 1, M * W))
-    V[T:] = inf
-    V[T:, base[:, 0]] = 0.0
+    V = np.full((T + D + 1, M * W), inf)
+    V[:, base[:, 0]] = 0.0
     P = np.full((T + 1, W), inf) if pausable else None
     if P is not None:
         P[:, 0] = 0.0
-    U = np.full(T + 1, inf)
-    cont = np.empty(M * W)
-    block = np.empty(M * W)
-    # every slot's running costs at once: one outer product instead of two array operations per slot
-    cont_cost = c[:T, None] * e_cont[None, :]
-    block_cost = (cum[D:T + D] - cum[:T])[:, None] * e_full[None, :] if D > 1 else None
+    SW = np.full((T, W), inf)                                                          # best entry at t per work left
+    # Only a band of work left matters at slot t: no more than the fastest mode can still do by the
+    # deadline, no less than the most any plan can have done since slot 0 (from the lowest target a
+    # repair asks for), and for a running job that cannot pause, no more than the slowest leaves.
+    fast = F.max(axis=1)
+    lo = np.maximum(L - _HEADROOM - fast[:T] - 2, 0)
+    hi = np.minimum(W - 1, fast[T] - fast[:T] + 2)
+    if running_mode is not None and not pausable:
+        hi = np.minimum(hi, W - 1 - F[:T].min(axis=1) + 2 * (ts // D + 2))
+    # the index and cost arrays of a slot depend only on its modes' credits, which take few patterns
+    cont_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    block_of: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+    # per-slot numbers read once for all slots (the loop runs ~170 times a plan, 23 000 plans a 12 h year)
+    G1 = F[1:T + 1] - F[:T]
+    lo_l, hi_l = lo.tolist(), hi.tolist()
+    V3 = V.reshape(T + D + 1, M, W)
     for t in range(T - 1, -1, -1):
-        np.take(V[t + 1], take_c, out=cont)
-        cont += cont_cost[t]
+        a, b = lo_l[t], hi_l[t] + 1
+        if b <= a:
+            continue
+        g = G1[t]
+        key = g.tobytes()
+        if key not in cont_of:
+            gc = g[:, None]
+            frac = np.minimum(r / gc, 1.0)
+            cont_of[key] = (base + np.maximum(r - gc, 0), e_col * frac, np.where((r <= gc) & (r > 0), frac, 0.0))
+        idx_c, e_c, f_c = cont_of[key]
+        cont = V[t + 1].take(idx_c[:, a:b])
+        cont += c[t] * e_c[:, a:b]
         if tv:
-            cont += tv * (t * tv_mask + tv_fin)
-        if D == 1:
-            sw = cont.reshape(M, W).min(axis=0)
-        else:
-            np.take(V[t + D], take_b, out=block)
-            block += block_cost[t]
-            block[fin_pos] = fin_block[t]
-            sw = block.reshape(M, W).min(axis=0)
-        vt = V[t].reshape(M, W)
-        np.minimum(cont.reshape(M, W), sw[None, :], out=vt)
+            cont += tv * (f_c[:, a:b] + t * (f_c[:, a:b] > 0))
+        G = CF[t, D]
+        key = G.tobytes()
+        if key not in block_of:
+            block_of[key] = (base + np.maximum(r - G[:, None], 0), e_col * (r > G[:, None]))
+        idx_b, e_b = block_of[key]
+        block = V[t + D].take(idx_b[:, a:b])
+        block += (cum[t + D] - cum[t]) * e_b[:, a:b]
+        if a < Rf:
+            n = min(b, Rf) - a
+            np.copyto(block[:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
+        sw = block.min(axis=0)
+        SW[t, a:b] = sw
+        vt = V3[t]
+        np.minimum(cont, sw[None, :], out=vt[:, a:b])
         if P is not None:
+            sw = SW[t]
             pt = P[t]
             pt[: W - o] = np.minimum(P[t + 1][: W - o], sw[o:])
             pt[W - o:] = P[t + 1][W - o:]
             pt[0] = 0.0
             np.minimum(vt, pt[None, :], out=vt)
-        if running_mode is None:
-            s = P[t][L] if (resuming and P is not None) else sw[L]
-            allowed = t >= first_start and (last_start is None or t <= last_start)
-            U[t] = min(U[t + 1], s) if allowed else U[t + 1]
 
-    # forward: replay the choices the values imply (continue, then switch, then pause on ties)
     def cont_value(t: int, m: int, left: int) -> float:
-        gm = int(gain[m])
+        gm = int(F[t + 1, m] - F[t, m])
         if left <= gm:
             f = left / gm
             return float(energy_g[m] * c[t] * f + tv * (t + f))
@@ -171,87 +222,190 @@ def solve_slots(
     def block_values(t: int, left: int) -> np.ndarray:
         out = np.empty(M)
         for m in range(M):
-            gm = int(gain[m])
-            if left <= gm * D:
-                n = max(int(math.ceil(left / gm - 1e-12)) - 1, 0)
-                f = left / gm - n
-                end = t + n + f
-                out[m] = energy_g[m] * (cum[t + n] - cum[t] + f * c[t + n]) + tv * end if end <= T + 1e-9 else inf
+            if left <= CF[t, D, m]:
+                out[m] = fin_all[t, m, left]
             else:
-                out[m] = energy_g[m] * (cum[t + D] - cum[t]) + V[t + D][m * W + left - gm * D]
+                out[m] = energy_g[m] * (cum[t + D] - cum[t]) + V[t + D][m * W + left - int(CF[t, D, m])]
         return out
-
-    modes: list[int] = []
-    t, left, resumes = 0, L, 0
-
-    def run(m: int, slots: int) -> bool:
-        nonlocal t, left
-        for _ in range(slots):
-            modes.append(m)
-            left -= int(gain[m])
-            t += 1
-            if left <= 0:
-                return True
-        return False
 
     def close(a: float, b: float) -> bool:
         return a <= b + 1e-9 * max(1.0, abs(b))
 
-    if running_mode is not None:
-        forced = min(max(int(running_forced_slots), 0), T)
-        gm = int(gain[running_mode])
-        if forced and left <= forced * gm:
-            objective = float(block_values(0, left)[running_mode]) if D >= forced else 0.0
+    def replay(target: int) -> SlotPlan:
+        """The plan the values imply for ``target`` quanta (continue, then switch, then pause on ties)."""
+        modes: list[int] = []
+        t, left, resumes = 0, target, 0
+
+        def run(m: int, slots: int, entered: bool = False) -> bool:
+            nonlocal t, left
+            for k in range(slots):
+                modes.append(m)
+                left -= int(F[t + 1, m] - F[t, m]) - (int(tax[m]) if entered and k == 0 else 0)
+                t += 1
+                if left <= 0:
+                    return True
+            return False
+
+        if running_mode is not None:
+            forced = min(max(int(running_forced_slots), 0), T)
+            gf = int(F[forced, running_mode] - F[0, running_mode])
+            if forced and left <= gf:
+                objective = float(block_values(0, left)[running_mode]) if D >= forced else 0.0
+                run(running_mode, forced)
+                return SlotPlan(np.array(modes, dtype=int), True, objective, 0)
+            best = (energy_g[running_mode] * (cum[forced] - cum[0]) + V[forced][running_mode * W + left - gf]
+                    if forced else V[0][running_mode * W + left])
+            if not math.isfinite(best):
+                return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
+            objective = float(best)
             run(running_mode, forced)
-            return SlotPlan(np.array(modes, dtype=int), True, objective, 0)
-        best = (energy_g[running_mode] * (cum[forced] - cum[0]) + V[forced][running_mode * W + left - forced * gm]
-                if forced else V[0][running_mode * W + left])
-        if not math.isfinite(best):
-            return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
-        objective = float(best)
-        run(running_mode, forced)
-        state, m = "run", running_mode
-    else:
-        if not math.isfinite(U[0]):
-            return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
-        objective = float(U[0])
-        while t < T and not (t >= first_start and (last_start is None or t <= last_start) and close(P[t][L] if (resuming and P is not None) else
-                                                       block_values(t, L).min(), U[t + 1])):
-            modes.append(_WAIT)
-            t += 1
-        state, m = ("pause" if resuming else "start"), -1
-    while left > 0 and t < T:
-        if state == "start":
-            m = int(np.argmin(block_values(t, left)))
-            if run(m, D):
-                break
-            state = "run"
-        elif state == "pause":
-            assert P is not None
-            if left + o <= R and close(float(block_values(t, left + o).min()), P[t + 1][left]):
-                left += o
-                resumes += 1
-                state = "start"
-                continue
-            modes.append(_WAIT)
-            t += 1
+            state, m = "run", running_mode
         else:
-            here = float(V[t][m * W + left])
-            if close(cont_value(t, m, left), here):
-                if run(m, 1):
+            entry = P[:T, target] if resuming and P is not None else SW[:, target]
+            allowed = (ts >= first_start) & ((ts <= last_start) if last_start is not None else True)
+            U = np.append(np.minimum.accumulate(np.where(allowed, entry, inf)[::-1])[::-1], inf)
+            if not math.isfinite(U[0]):
+                return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
+            objective = float(U[0])
+            while t < T and not (allowed[t] and close(float(entry[t]), U[t + 1])):
+                modes.append(_WAIT)
+                t += 1
+            state, m = ("pause" if resuming else "start"), -1
+        while left > 0 and t < T:
+            if state == "start":
+                m = int(np.argmin(block_values(t, left)))
+                if run(m, D, entered=True):
                     break
-            elif close(float(block_values(t, left).min()), here):
-                state = "start"
+                state = "run"
+            elif state == "pause":
+                assert P is not None
+                if left + o < W and close(float(block_values(t, left + o).min()), P[t + 1][left]):
+                    left += o
+                    resumes += 1
+                    state = "start"
+                    continue
+                modes.append(_WAIT)
+                t += 1
             else:
-                state = "pause"
-    return SlotPlan(np.array(modes, dtype=int), True, objective, resumes)
+                here = float(V[t][m * W + left])
+                if close(cont_value(t, m, left), here):
+                    if run(m, 1):
+                        break
+                elif close(float(block_values(t, left).min()), here):
+                    state = "start"
+                else:
+                    state = "pause"
+        return SlotPlan(np.array(modes, dtype=int), True, objective, resumes)
+
+    def counted(sp: SlotPlan) -> tuple[float, float]:
+        """(work the plan's slots lack on true speeds, their true work minus the solver's count of it), reference s."""
+        k = np.arange(len(sp.modes))[sp.modes >= 0]
+        m = sp.modes[k]
+        true_s = float(np.sum(speed[m])) * slot_s
+        credit_s = float(np.sum(F[k + 1, m] - F[k, m])) * q
+        return work_s + sp.resumes * resume_overhead_s * pausable - true_s, true_s - credit_s
+
+    # repair on true speeds: the count of a plan may be off by a few quanta either way; ask the values
+    # for more quanta when its slots fall short of the work, for fewer when they do whole quanta more
+    # than counted (work bought and not needed), and keep the cheapest plan that does the work
+    best: SlotPlan | None = None
+    tried: set[int] = set()
+    target = L
+    for _ in range(_REPAIRS):
+        if target in tried or not 0 < target < W:
+            break
+        tried.add(target)
+        sp = replay(target)
+        if not sp.feasible:
+            break
+        short, off = counted(sp)
+        if short <= 1e-9:
+            sp = SlotPlan(sp.modes, True, sp.objective, sp.resumes, abs(off) / work_s)
+            if best is None or sp.objective < best.objective:
+                best = sp
+            if off < q:
+                break
+            target -= int(off // q)
+        else:
+            target += int(math.ceil(short / q - 1e-9))
+    if best is None:
+        return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
+    return _merge_runs(best, c, energy_g, speed, slot_s=slot_s, T=T, tv=tv,
+                       need_s=work_s + best.resumes * resume_overhead_s * pausable,
+                       frozen=running_forced_slots if running_mode is not None else 0)
 
 
-def fastest_slots(first_start: int, work_s: float, speed: np.ndarray, slot_s: float) -> SlotPlan:
-    """The fastest finish: wait until ``first_start``, then the fastest mode without a break."""
+def _true_cost(modes: np.ndarray, c: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *, slot_s: float,
+               need_s: float, tv: float) -> float:
+    """Carbon plus time value of a slot schedule on the true speeds (inf when it does not do the work)."""
+    k = np.arange(len(modes))[modes >= 0]
+    work = speed[modes[k]] * slot_s
+    before = np.concatenate(([0.0], np.cumsum(work)[:-1]))
+    frac = np.clip((need_s - before) / work, 0.0, 1.0)
+    if len(k) == 0 or before[-1] + work[-1] < need_s - 1e-6:
+        return math.inf
+    end = float(k[frac > 0][-1] + frac[frac > 0][-1])
+    return float(np.sum(energy_g[modes[k]] * c[k] * frac)) + tv * end
+
+
+def _merge_runs(sp: SlotPlan, c: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *, slot_s: float, T: int,
+                tv: float, need_s: float, frozen: int = 0) -> SlotPlan:
+    """The plan with any mode run merged into the run next to it (without a gap) where that is cheaper
+    on the true speeds: the count's rounding can make a short run of a mode look better than the
+    mode beside it when it is not (the entry's one-quantum tax, a few quanta at the finish). Runs only
+    grow, so the dwell holds; the end is trimmed or extended in the last mode as the true work needs.
+    The first ``frozen`` slots keep their mode (a running job's dwell)."""
+    kw = dict(slot_s=slot_s, need_s=need_s, tv=tv)
+    modes = sp.modes
+    best = _true_cost(modes, c, energy_g, speed, **kw)
+    improved = True
+    while improved:
+        improved = False
+        k = np.arange(len(modes))
+        edges = np.flatnonzero(np.diff(modes) != 0) + 1
+        bounds = np.concatenate(([0], edges, [len(modes)]))
+        for i in range(len(bounds) - 1):
+            a, b = int(bounds[i]), int(bounds[i + 1])
+            if modes[a] < 0 or a < frozen:
+                continue
+            for j in (a - 1, b):
+                if not 0 <= j < len(modes) or modes[j] < 0:
+                    continue
+                other = np.where((k >= a) & (k < b), modes[j], modes)
+                other = _fit(other, speed, slot_s=slot_s, T=T, need_s=need_s)
+                if other is None:
+                    continue
+                cost = _true_cost(other, c, energy_g, speed, **kw)
+                if cost < best - 1e-12:
+                    modes, best, improved = other, cost, True
+                    break
+            if improved:
+                break
+    return sp if modes is sp.modes else SlotPlan(modes, sp.feasible, sp.objective, sp.resumes, sp.rounding)
+
+
+def _fit(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, T: int, need_s: float) -> np.ndarray | None:
+    """The schedule cut after the slot its true work ends in, or run on in its last mode until it does
+    (None when that passes the last slot ``T``)."""
+    done = np.cumsum(np.where(modes >= 0, speed[np.maximum(modes, 0)], 0.0)) * slot_s
+    if done[-1] >= need_s - 1e-6:
+        return modes[: int(np.searchsorted(done, need_s - 1e-6)) + 1]
+    n = int(math.ceil((need_s - done[-1]) / (speed[modes[-1]] * slot_s) - 1e-9))
+    if len(modes) + n > T:
+        return None
+    return np.concatenate((modes, np.full(n, modes[-1]))).astype(int)
+
+
+def fastest_slots(first_start: int, work_s: float, speed: np.ndarray, slot_s: float, *,
+                  resume_overhead_s: float = 0.0) -> SlotPlan:
+    """The fastest finish: wait until ``first_start``, then the fastest mode without a break.
+
+    ``resume_overhead_s``: a paused job starting again does this much more work (one resume).
+    """
     m = int(np.argmax(speed))
-    n = int(math.ceil(work_s / (speed[m] * slot_s) - 1e-9))
-    return SlotPlan(np.concatenate((np.full(first_start, _WAIT), np.full(n, m))).astype(int), False, math.inf, 0)
+    n = int(math.ceil((work_s + resume_overhead_s) / (speed[m] * slot_s) - 1e-9))
+    return SlotPlan(np.concatenate((np.full(first_start, _WAIT), np.full(n, m))).astype(int), False, math.inf,
+                    1 if resume_overhead_s > 0 else 0)
 
 
 def account(modes: np.ndarray, intensity: np.ndarray, power_w: np.ndarray, speed: np.ndarray, *, slot_s: float,
