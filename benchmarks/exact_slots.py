@@ -20,8 +20,6 @@ start, or a resume, at t).
 from __future__ import annotations
 
 import math
-import os
-import sys
 
 import numpy as np
 
@@ -29,20 +27,12 @@ __all__ = ["exact_slots"]
 
 
 def _highs():  # type: ignore[no-untyped-def]
-    """A silent HiGHS instance (its banner goes to stderr, not stdout)."""
+    """A silent HiGHS instance: the DVFS oracle's (a solver utility, not the planner)."""
     import highspy
 
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-    return highspy, h
+    from plans.dvfs.oracle import silent_highs
+
+    return highspy, silent_highs(highspy)
 
 
 def exact_slots(c: np.ndarray, power_w: np.ndarray, speed: np.ndarray, *, slot_s: float, work_s: float,

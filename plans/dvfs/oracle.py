@@ -94,7 +94,7 @@ def pareto_dp(t: np.ndarray, e: np.ndarray, budget_s: float, *, tau_sw_s: float 
     return float(best[1]), np.array(best[2])
 
 
-def _new_highs(highspy):  # type: ignore[no-untyped-def]
+def silent_highs(highspy):  # type: ignore[no-untyped-def]
     """A HiGHS instance whose start-up banner goes to stderr, not stdout (JSON output stays clean)."""
     import os
     import sys
@@ -123,7 +123,7 @@ def milp(t: np.ndarray, e: np.ndarray, budget_s: float, *, tau_sw_s: float = 0.0
     tau = tau_sw_s if np.isfinite(tau_sw_s) else 0.0
     esw = eps_sw_j if np.isfinite(eps_sw_j) else 0.0
     nx, nz = n * m, n  # z[0] unused (fixed to 0)
-    h = _new_highs(highspy)
+    h = silent_highs(highspy)
     h.setOptionValue("output_flag", False)
     h.setOptionValue("mip_rel_gap", 1e-9)
     h.setOptionValue("mip_abs_gap", 0.0)
