@@ -229,10 +229,14 @@ class CarbonMonitor:
         if forecast_by == "provider" and forecast:
             self.archive.record(provider=label, zone=zone, issued_at=now, points=forecast)
             inputs.append(label)
-        try:
-            history = forecast_series(observed, now=now, horizon=self.forecast_horizon, method="daily_profile")
-        except CarbonError:
-            history = IntensitySeries.of([], zone=zone)
+        history: tuple[IntensityPoint, ...] | IntensitySeries
+        if forecast_by == _HISTORY:  # the built-in forecaster made it already, from the same history and horizon
+            history = forecast
+        else:
+            try:
+                history = forecast_series(observed, now=now, horizon=self.forecast_horizon, method="daily_profile")
+            except CarbonError:
+                history = IntensitySeries.of([], zone=zone)
         if len(history):
             self.archive.record(provider=_HISTORY, zone=zone, issued_at=now, points=history)
             inputs.append(_HISTORY)
