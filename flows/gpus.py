@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import random
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -26,12 +28,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-__all__ = ["GpuHold", "GpusBusy", "GPU_LEASE_S", "GPU_LIMIT_PREFIX", "ensure_limits", "gpu_limit_name", "hold_gpus",
-           "pin_environment"]
+__all__ = ["GpuHold", "GpusBusy", "GPU_LEASE_S", "GPU_LIMIT_PREFIX", "SLOT_POLL_S", "ensure_limits", "gpu_limit_name",
+           "hold_gpus", "pin_environment", "take_slots"]
 
 GPU_LIMIT_PREFIX = "gridshift-gpus-"
 #: Prefect's shortest lease: a node that died gives its GPU slots back at most this long after
 GPU_LEASE_S = 60.0
+#: how often a waiter asks again for slots that are taken (plus up to half as much jitter, so waiters
+#: do not ask in step). Prefect's own retry waits as long as the server's Retry-After says: up to
+#: 30 s once a few waiters have been turned away, so a slot could stay free for 30 s while runs
+#: wait for it and the next in line was whoever happened to wake first.
+SLOT_POLL_S = 1.0
 
 
 class GpusBusy(Exception):
@@ -98,24 +105,33 @@ def _lock_free_devices(lock_dir: Path, gpus_per_node: int, count: int, stack: Ex
     return tuple(taken)
 
 
-def _take_slots(limit: str, count: int, wait_s: float, stack: ExitStack) -> None:
+def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: float, stack: ExitStack,
+               poll_s: float = SLOT_POLL_S) -> bool:
+    """Hold ``occupy`` slots of every limit in ``names`` (one request: all or none) until ``stack`` closes.
+
+    Asks once, then every ``poll_s`` (jittered) while the limits answer 423 (taken), for up to
+    ``wait_s`` seconds. Returns False when the wait ran out; raises ConcurrencySlotAcquisitionError
+    for anything but "taken" (e.g. a limit that does not exist). The slots are leased for
+    ``lease_s`` and renewed while this process lives.
+    """
     import httpx
     from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
     from prefect.concurrency.sync import concurrency
 
-    # wait_s 0: one request, no retry (a 423 is "busy"); otherwise Prefect's client asks again as the
-    # server's Retry-After says, until the slots are ours or the wait is over
-    waiting = {"max_retries": 0} if wait_s <= 0 else {"timeout_seconds": wait_s}
-    try:
-        stack.enter_context(concurrency(limit, occupy=count, strict=True, lease_duration=GPU_LEASE_S,
-                                        raise_on_lease_renewal_failure=False, **waiting))
-    except TimeoutError:
-        raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free for {wait_s:.0f} s") from None
-    except ConcurrencySlotAcquisitionError as exc:
-        cause = exc.__cause__
-        if isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code == 423:
-            raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free") from None
-        raise
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            stack.enter_context(concurrency(list(names), occupy=occupy, max_retries=0, strict=True,
+                                            lease_duration=lease_s, raise_on_lease_renewal_failure=False))
+            return True
+        except ConcurrencySlotAcquisitionError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code == 423):
+                raise
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(poll_s * (1.0 + 0.5 * random.random()), left))  # the edge that waits: a real slot, a real clock
 
 
 @contextmanager
@@ -129,7 +145,8 @@ def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait
         raise GpusBusy(f"the run needs {count} GPUs, the node at {site} has {gpus_per_node}")
     limit = gpu_limit_name(site)
     with ExitStack() as stack:
-        _take_slots(limit, count, wait_s, stack)
+        if not take_slots([limit], count, wait_s=wait_s, lease_s=GPU_LEASE_S, stack=stack):
+            raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free" + (f" for {wait_s:.0f} s" if wait_s > 0 else ""))
         devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
         yield GpuHold(site=site, limit=limit, devices=devices, acquired_at=datetime.now(timezone.utc))
 

@@ -94,7 +94,8 @@ def booking_of_run(placement: Mapping[str, Any], state: str, started: datetime |
         begun = utc(started)
     else:
         begun = max(start, utc(now))
-    return Booking(str(placement["site"]), begun, begun + length, int(placement.get("gpus", 1)))
+    return Booking(str(placement["site"]), begun, begun + length, int(placement.get("gpus", 1)),
+                   queued=bool(placement.get("queued", False)))
 
 
 def fleet_bookings(site_names: Sequence[str], now: datetime) -> list[Booking]:
@@ -118,17 +119,17 @@ def fleet_bookings(site_names: Sequence[str], now: datetime) -> list[Booking]:
 def placing_lock(site_names: Sequence[str], *, wait_s: float = PLACING_WAIT_S) -> Iterator[None]:
     """Hold the placing slot of every site in ``site_names`` (one request: all or none, so no deadlock)."""
     from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
-    from prefect.concurrency.sync import concurrency
+
+    from flows.gpus import take_slots
 
     names = [placing_limit_name(s) for s in sorted(site_names)]
     with ExitStack() as stack:
         try:
-            stack.enter_context(concurrency(names, occupy=1, timeout_seconds=wait_s, lease_duration=_PLACING_LEASE_S,
-                                            strict=True))
-        except TimeoutError:
-            raise RuntimeError(f"{', '.join(names)}: another placement held the sites for {wait_s:.0f} s") from None
+            held = take_slots(names, 1, wait_s=wait_s, lease_s=_PLACING_LEASE_S, stack=stack)
         except ConcurrencySlotAcquisitionError as exc:  # strict: a fleet deployed before the limits existed
             raise RuntimeError(f"{exc}; run `gridshift deploy` for this policy again to create them") from None
+        if not held:
+            raise RuntimeError(f"{', '.join(names)}: another placement held the sites for {wait_s:.0f} s")
         yield
 
 
@@ -208,7 +209,8 @@ def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | 
                         "site": placed.site,
                         "placement": {"site": placed.site, "start": plan.start.isoformat(),
                                       "finish": plan.finish.isoformat(), "gpus": policy.job.gpus,
-                                      "placed_at": now.isoformat(), "carbon_g": round(plan.carbon_g, 4),
+                                      "placed_at": now.isoformat(), "queued": placed.queued,
+                                      "carbon_g": round(plan.carbon_g, 4),
                                       "reasons": list(placed.reasons)}},
         )
     return SubmittedRun(flow_run_id=str(run.id), deployment=target, placement=placed)

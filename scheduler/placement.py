@@ -36,6 +36,9 @@ class Booking:
     start: datetime
     end: datetime
     gpus: int
+    #: placed to start as soon as the node had GPUs free, and waiting in line for them: a later
+    #: run meant to start now does not start on this node before it (arrival order)
+    queued: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ class Placement:
     plan: RunPlan
     sites: tuple[SitePlan, ...]
     reasons: tuple[str, ...]
+    #: a run meant to start now that waits for the chosen node's GPUs (see :attr:`Booking.queued`)
+    queued: bool = False
 
 
 def objective_value(plan: RunPlan, now: datetime, objective: Objective) -> float:
@@ -89,7 +94,7 @@ def _node_bookings(site: Site, bookings: Sequence[Booking]) -> list[Booking]:
     # a booking lasts the site's changeover past its planned finish: a run that started a little late
     # (worker pick-up, process start) must not find the next run's GPUs still taken
     pad = timedelta(seconds=site.changeover_s)
-    return [Booking(b.site, b.start, b.end + pad, b.gpus) for b in bookings if b.site == site.name]
+    return [replace(b, end=b.end + pad) for b in bookings if b.site == site.name]
 
 
 def _full_intervals(site: Site, gpus: int, mine: Sequence[Booking]) -> list[tuple[datetime, datetime]]:
@@ -165,6 +170,8 @@ def _plan_at_site(site: Site, series: IntensitySeries, ask: _Ask, modes: Sequenc
     full = _full_intervals(site, gpus, _node_bookings(site, bookings))
     masked = _masked(series, full)
     not_before = ask.not_before
+    if ask.deadline is None:  # meant to start now: behind the runs already waiting in line for this node
+        not_before = max([not_before] + [b.start for b in bookings if b.site == site.name and b.queued])
     plan = ask.plan(masked, allowed, not_before)
     for _ in range(len(full) + 1):  # unavoidable (e.g. the deadline needs a full stretch): start after it
         free_at = _conflict(plan, full)
@@ -233,7 +240,8 @@ def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], mod
         else:
             reasons[0] += f": as clean as {runner_up.site} and cheaper or listed first"
     reasons += [p.reason for p in plans]
-    return Placement(site=best.site, plan=best.plan, sites=tuple(plans), reasons=tuple(reasons))
+    return Placement(site=best.site, plan=best.plan, sites=tuple(plans), reasons=tuple(reasons),
+                     queued=deadline is None and best.plan.start > not_before)
 
 
 def booking_of(site: str, plan: RunPlan, gpus: int) -> list[Booking]:

@@ -225,3 +225,40 @@ def test_placed_starts_lie_on_the_crons_grid_not_on_when_planning_ran() -> None:
     late = plan_placement(policy, nominal=fired + timedelta(hours=20), now=fired + timedelta(minutes=3, seconds=2),
                           forecasts={"a": flat})  # an ad-hoc nominal: still the cron's grid
     assert (late.plan.start - fired).total_seconds() % 900 == 0
+
+
+def test_runs_meant_to_start_now_wait_in_arrival_order_on_a_node() -> None:
+    """A gap that opens on a node (a run ended early) does not let a later arrival overtake one waiting there."""
+    flat = _series([300.0] * 10)
+    policy = _policy(_site("b", changeover_s=0.0))
+    # the node's 2 GPUs: one run until 21:00, a second that ended early (gone), and a queued run waiting for 21:00
+    waiting = Booking("b", NOW + timedelta(hours=1), NOW + timedelta(hours=2), 1, queued=True)
+    busy = Booking("b", NOW, NOW + timedelta(hours=1), 1)
+    later = place_run(policy, {"b": flat}, MODES, now=NOW, not_before=NOW, deadline=None, bookings=[busy, waiting])
+    assert later.plan.start == NOW + timedelta(hours=1) and later.queued  # one GPU is free now: still behind the queue
+    # a run placed far ahead for a clean hour is not a queue: a run meant to start now takes the free GPU
+    planned = Booking("b", NOW + timedelta(hours=5), NOW + timedelta(hours=6), 1)
+    now_run = place_run(policy, {"b": flat}, MODES, now=NOW, not_before=NOW, deadline=None, bookings=[busy, planned])
+    assert now_run.plan.start == NOW and not now_run.queued
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 2), st.booleans()), min_size=2, max_size=8))
+def test_waiting_runs_are_placed_in_arrival_order(arrivals: list[tuple[int, int, bool]]) -> None:
+    """Runs meant to start now, placed one after another while earlier ones may end early: the starts of those
+    that had to wait never go backwards on a node."""
+    flat = _series([300.0] * 24)
+    policy = _policy(_site("b", changeover_s=0.0))
+    bookings: list[Booking] = []
+    queue: list[datetime] = []
+    now = NOW
+    for step, (advance_h, hours, ends_early) in enumerate(arrivals):
+        now = now + timedelta(minutes=20 * advance_h)
+        live = [b for b in bookings if b.end > now]
+        placed = place_run(policy, {"b": flat}, MODES, now=now, not_before=now, deadline=None, bookings=live,
+                           work_s=3600.0 * hours)
+        if placed.queued:
+            queue.append(placed.plan.start)
+        end = placed.plan.finish if not ends_early else placed.plan.start + timedelta(minutes=10)
+        bookings.append(Booking("b", placed.plan.start, end, 1, queued=placed.queued))
+    assert queue == sorted(queue)

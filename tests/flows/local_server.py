@@ -47,7 +47,10 @@ class LocalPrefectServer:
         self.url = f"http://127.0.0.1:{self.port}/api"
         self._env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         self._env.update(PREFECT_HOME=str(home / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-                         PREFECT_API_URL=self.url, PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW="ignore")
+                         PREFECT_API_URL=self.url, PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW="ignore",
+                         # SQLite's wait for a write lock, as Prefect's own test server has it (the default
+                         # 10 s turns into 503s when a 2-core CI machine runs a fleet of flow processes)
+                         PREFECT_SERVER_DATABASE_TIMEOUT="30", PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT="30")
         self._proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
