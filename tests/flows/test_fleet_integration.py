@@ -31,8 +31,9 @@ SITES = ("fl1", "fl2", "fl3")  # names of this test's own (the session server is
 JOBS = {"fleet-wide": 2, "fleet-narrow": 1}  # job name -> GPUs
 STEP_S = 10
 #: the clean hours begin this long after the runs are placed: time for the workers to boot the eight
-#: flow processes ahead of their starts (eight Prefect processes at once take over a minute on 2 busy cores)
-LEAD_S = 120
+#: flow processes ahead of their starts (eight Prefect processes at once take over a minute on 2 busy
+#: cores; with 120 s, a CI run beside the rest of the suite once trained 50 s late)
+LEAD_S = 180
 #: a process worker boots a flow run's process this long before its scheduled time and Prefect holds the
 #: run in Pending until then (WaitForScheduledTime), so training starts on time; no GPU slot is taken early
 PREFETCH_S = 600
