@@ -94,9 +94,9 @@ def dacf_region(region: str, *, data_dir: Path = DACF_DIR, profile: Path = PROFI
     """History, raw issued and fused forecasts on one DACF region: forecast scores and the planner's share."""
     from carbon.issued import read_issued_forecasts
     from carbon.skill import Night, night_scores, start_gain_share
-    from scheduler.cron import cron_occurrences
-    from scheduler.mode_figures import figures_for_policy
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.cron import cron_occurrences
+    from scheduler.planner.mode_figures import figures_for_policy
+    from scheduler.policy.loader import load_policy
     from simulation.sim_forecast import DailyProfileForecaster, FusedForecaster, IssuedForecaster, start_window
     from simulation.simulate import resample, simulate
 

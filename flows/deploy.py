@@ -26,7 +26,7 @@ from uuid import UUID
 if TYPE_CHECKING:  # Prefect is imported when a deployment is made, not when the CLI starts
     from prefect.schedules import Schedule
 
-    from scheduler.policy import Policy
+    from scheduler.policy.model import Policy
 
 __all__ = ["CRASH_AFTER_S", "DeployedPolicy", "HEARTBEAT_S", "HEARTBEAT_TAG", "MARK_CRASHED", "check_source",
            "deploy_policy", "planning_cron", "planning_schedule", "site_deployment_name", "source_problem",
@@ -157,7 +157,7 @@ def _parameters_for(policy_path: Path, source: Path) -> dict[str, Any]:
 
 def planning_schedule(policy: Policy) -> Schedule:
     """The deployment's schedule: planning runs (``plan: true``) at each occurrence's earliest start,
-    the cron read in ``job.timezone`` (the calendar :mod:`scheduler.cron` reads for everything else)."""
+    the cron read in ``job.timezone`` (the calendar :mod:`scheduler.policy.cron` reads for everything else)."""
     from prefect.schedules import Cron
 
     from scheduler.errors import PolicyError
@@ -185,7 +185,7 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     from flows.nightly import nightly_retrain
     from flows.placing import placing_limit_name
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     policy = load_policy(policy_path)
     if policy.job.cron is None:

@@ -87,7 +87,7 @@ def record_crashed_run(flow_run_id: str, job: str, policy_path: str, ledger_path
 
     from flows.artifacts import artifact_key, report_markdown
     from flows.placing import utc
-    from scheduler.ledger import Ledger
+    from scheduler.store.ledger import Ledger
 
     logger = get_run_logger()
     with get_client(sync_client=True) as client:

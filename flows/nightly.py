@@ -10,7 +10,7 @@ Two kinds of run, told apart by the ``plan`` parameter:
   waits for them in Prefect's limit: :mod:`flows.gpus`).
 * **a planning run** (``plan=True``): what the deployment's cron creates (its schedule carries
   ``parameters: {plan: true}``, see :func:`flows.deploy.deploy_policy`). It reads the forecast,
-  picks the start with :func:`scheduler.planning.plan_start` and, when the start is later than now,
+  picks the start with :func:`scheduler.planner.inputs.plan_start` and, when the start is later than now,
   creates a flow run of the same deployment **scheduled at the chosen time**
   (``run_deployment(..., scheduled_time=...)``) and ends. The deferral is a Scheduled flow run in
   Prefect until its time: visible and movable in the UI, it survives worker restarts, and no worker
@@ -114,7 +114,7 @@ def nightly_retrain(
 
 
 def _has_sites(policy_path: str) -> bool:
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     return bool(load_policy(policy_path).sites)
 
@@ -122,8 +122,8 @@ def _has_sites(policy_path: str) -> bool:
 def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Choose site and start (and modes) together, and create the run on that site's deployment."""
     from flows.placing import submit_placed_run
-    from scheduler.planning import occurrence_for, run_key
-    from scheduler.policy_io import load_policy
+    from scheduler.planner.inputs import occurrence_for, run_key
+    from scheduler.policy.loader import load_policy
 
     logger = get_run_logger()
     name = _deployment_name()
@@ -154,9 +154,9 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
                    resume: dict[str, Any] | None) -> dict[str, Any]:
     from flows.gpus import hold_gpus, pin_environment
     from flows.training import carbon_aware_training
-    from scheduler.ledger import gridshift_home
-    from scheduler.policy_io import load_policy
-    from scheduler.sites import site_named
+    from scheduler.store.ledger import gridshift_home
+    from scheduler.policy.loader import load_policy
+    from scheduler.policy.sites import site_named
 
     policy = load_policy(policy_path)
     node = site_named(policy, site)
@@ -202,8 +202,8 @@ def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str |
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
     from carbon.skill import trusts_start
     from flows.sources import monitor_for
-    from scheduler.planning import StartChoice, occurrence_for, plan_start, run_key
-    from scheduler.policy_io import load_policy
+    from scheduler.planner.inputs import StartChoice, occurrence_for, plan_start, run_key
+    from scheduler.policy.loader import load_policy
 
     logger = get_run_logger()
     policy = load_policy(policy_path)

@@ -4,7 +4,7 @@ A run that is going to fail on bad input or an unusable machine should fail in a
 line and the right exit code, not after the temporary Prefect server has started, and never after
 the job has run (its measurements would have nowhere to go). Checked here, in this order:
 
-1. the policy file, with every check of :mod:`scheduler.policy_checks` (exit 2);
+1. the policy file, with every check of :mod:`scheduler.policy.checks` (exit 2);
 2. the ``-- CMD`` override's program and the ``--backend`` override's name (exit 2);
 3. ``backend: nvidia`` (or ``--backend nvidia``): the driver answers and sees a GPU, in the words
    of ``gridshift gpu status`` (exit 3);
@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Sequence
 
 from flows.sources import carbon_cache_dir
-from scheduler.ledger import gridshift_home, private_dir
-from scheduler.policy import Policy
-from scheduler.policy_checks import backend_problem, command_problem
-from scheduler.policy_io import load_policy
+from scheduler.store.ledger import gridshift_home, private_dir
+from scheduler.policy.model import Policy
+from scheduler.policy.checks import backend_problem, command_problem
+from scheduler.policy.loader import load_policy
 
 __all__ = ["PreflightError", "BadRunInput", "EnvironmentNotReady", "preflight_run", "writable_dir_problem",
            "prefect_api_problem", "nvidia_problem"]
@@ -46,7 +46,7 @@ def writable_dir_problem(path: Path) -> str | None:
     """Why files cannot be created in ``path`` (created when missing), or None. Tries for real:
     permission bits say nothing for root or on read-only mounts."""
     try:
-        private_dir(path)  # the ledger's home, and the cache below it: the user's own (scheduler.ledger)
+        private_dir(path)  # the ledger's home, and the cache below it: the user's own (scheduler.store.ledger)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".gridshift-write-check-"):
             pass
     except OSError as exc:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from flows.job import OUTPUT_THREAD_NAME
-from scheduler.ledger import gridshift_home, private_dir, private_file
+from scheduler.store.ledger import gridshift_home, private_dir, private_file
 
 __all__ = ["KEEP_LOGS", "logs_dir", "run_logging"]
 
@@ -115,7 +115,7 @@ def run_logging(log_path: Path, *, verbose: bool = False, stream: IO[str] | None
     try:
         private_dir(log_path.parent)
         _prune(log_path.parent, KEEP_LOGS - 1)
-        # 0600: the job's output and its environment's paths are the user's (scheduler.ledger)
+        # 0600: the job's output and its environment's paths are the user's (scheduler.store.ledger)
         to_file = logging.FileHandler(private_file(log_path), encoding="utf-8")
     except OSError:
         to_file = None

@@ -10,8 +10,8 @@ from carbon.archive import ForecastArchive
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers import get_provider
 from carbon.providers.base import Provider
-from scheduler.ledger import gridshift_home
-from scheduler.policy import CarbonSource, Policy
+from scheduler.store.ledger import gridshift_home
+from scheduler.policy.model import CarbonSource, Policy
 
 __all__ = ["carbon_cache_dir", "forecast_archive_path", "monitor_for", "provider_for"]
 

@@ -40,18 +40,18 @@ from flows.trials import CostWatchedJob, begin_trial
 from flows.windows import CHECKPOINT_DIR_ENV, DEFER_MIN_S, checkpoint_dir, defer_next_window, flow_run_deployment, resumed_run
 from plans.errors import BadProfile
 from plans.profile_store import PowerProfile, ProfileStore
-from scheduler.auto_power import job_fingerprint, profiles_dir
-from scheduler.clock_plans import ModePlan, load_clock_plans
-from scheduler.decide import Decision, decide
+from scheduler.settings.auto_power import job_fingerprint, profiles_dir
+from scheduler.settings.clock_plans import ModePlan, load_clock_plans
+from scheduler.planner.thresholds import Decision, decide
 from scheduler.errors import LedgerError
-from scheduler.ledger import Ledger
+from scheduler.store.ledger import Ledger
 from scheduler.planner import ModeFigures
-from scheduler.planning import plans_with_planner, policy_figures
-from scheduler.policy import Policy
-from scheduler.policy_checks import job_cwd
-from scheduler.policy_io import load_policy
+from scheduler.planner.inputs import plans_with_planner, policy_figures
+from scheduler.policy.model import Policy
+from scheduler.policy.checks import job_cwd
+from scheduler.policy.loader import load_policy
 from scheduler.report import RunReport, deadline_miss
-from scheduler.sites import policy_at_site
+from scheduler.policy.sites import policy_at_site
 
 __all__ = ["carbon_aware_training", "new_run_id", "quiet_domain_tracebacks"]
 

@@ -1,6 +1,6 @@
 """A run of a ``batch_size: auto`` job as one batch-size trial: propose, watch the cost, record it.
 
-:func:`begin_trial` asks the ledger's history (:class:`scheduler.batch_size_history.BatchSizeHistory`)
+:func:`begin_trial` asks the ledger's history (:class:`scheduler.store.batch_size_history.BatchSizeHistory`)
 for this recurrence's batch size; :class:`CostWatchedJob` wraps the running job and stops it once
 its cost, Zeus's ``eta * E + (1 - eta) * MaxPower * T`` over the energy counter and the wall
 clock, passes ``beta`` times the cheapest run that reached the target; :meth:`BatchSizeTrial.finish`
@@ -23,8 +23,8 @@ from flows.job import JobHandle
 from plans.batch_size import Proposal
 from plans.job_protocol import JobResult
 from plans.zeus_trace.simulator import zeus_cost
-from scheduler.batch_size_history import BatchSizeHistory, batch_size_config, early_stop_cost
-from scheduler.policy import Policy
+from scheduler.store.batch_size_history import BatchSizeHistory, batch_size_config, early_stop_cost
+from scheduler.policy.model import Policy
 
 __all__ = ["BatchSizeTrial", "CostWatchedJob", "begin_trial", "trial_outcome"]
 

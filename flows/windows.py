@@ -19,7 +19,7 @@ from typing import Any
 from uuid import UUID
 
 from flows.supervise import SupervisedRun
-from scheduler.ledger import gridshift_home
+from scheduler.store.ledger import gridshift_home
 from scheduler.report import ModeSpan, RunWindow
 
 __all__ = ["CHECKPOINT_DIR_ENV", "DEFER_MIN_S", "RESUME_STATE_VERSION", "checkpoint_dir", "defer_next_window",

@@ -26,7 +26,7 @@ def deploy(
     import os
 
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     try:
         load_policy(policy)
@@ -84,7 +84,7 @@ def submit(
     import sys
 
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     try:
         loaded = load_policy(policy)
@@ -135,7 +135,7 @@ def serve(
 
     quiet_prefect_environment()  # before Prefect is imported: no ephemeral server, no telemetry
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     try:
         loaded = [(p, load_policy(p)) for p in policies]
@@ -154,7 +154,7 @@ def serve(
         raise fail(exc, EXIT_ENV) from None
 
     from flows.deploy import trigger_deployment
-    from scheduler.service import PlanningService, default_store_path
+    from scheduler.service.serve import PlanningService, default_store_path
 
     store = db or default_store_path()
     service = PlanningService(db_path=store, plan=serve_plan(loaded, targets), trigger=trigger_deployment,
@@ -186,8 +186,8 @@ def serve_plan(loaded: list[tuple[Path, Any]], targets: list[str], monitors: lis
     from dataclasses import replace
 
     from flows.sources import monitor_for
-    from scheduler.planning import plan_runs
-    from scheduler.service import PlannedRun, latest_start
+    from scheduler.planner.inputs import plan_runs
+    from scheduler.service.serve import PlannedRun, latest_start
 
     if monitors is None:
         monitors = [monitor_for(pol) for _, pol in loaded]

@@ -192,7 +192,7 @@ def run(
     """Run the job under POLICY through a Prefect flow and report energy, time and carbon."""
     from flows.preflight import PreflightError, preflight_run
     from flows.run_logging import logs_dir, run_logging
-    from scheduler.clock_plans import load_clock_plans
+    from scheduler.settings.clock_plans import load_clock_plans
     from scheduler.errors import PolicyError
 
     try:
@@ -219,7 +219,7 @@ def run(
 
 def _run(policy: Path, command: list[str] | None, json_out: bool, backend: str | None, run_id: str,
          stop: StopSignals, temporary: tuple[TemporaryServer, "Future[float]"] | None, log_path: Path | None) -> None:
-    from scheduler.ledger import Ledger
+    from scheduler.store.ledger import Ledger
 
     from flows.training import carbon_aware_training, quiet_domain_tracebacks
 
@@ -289,7 +289,7 @@ def _missed_by_serve(*, job: str | None, limit: int | None) -> list[str]:
     """
     import sqlite3
 
-    from scheduler.service import ServeStore, default_store_path
+    from scheduler.service.serve import ServeStore, default_store_path
 
     store = default_store_path()
     if not store.is_file():
@@ -313,7 +313,7 @@ def runs(
                                         "from the run artifacts on the Prefect server at PREFECT_API_URL).")] = "ledger",
 ) -> None:
     """List recorded runs (newest first) from the ledger, or from the Prefect API (`--from prefect`)."""
-    from scheduler.ledger import Ledger
+    from scheduler.store.ledger import Ledger
 
     limit_or_all = limit or None  # 0 is "no limit", not "none": an empty list would read as "no runs recorded"
     if source not in ("ledger", "prefect"):

@@ -129,9 +129,9 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     from carbon.errors import BadTrace
     from carbon.trace_file import read_trace
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
     from carbon.issued import read_issued_forecasts
-    from scheduler.mode_figures import figures_for_policy
+    from scheduler.planner.mode_figures import figures_for_policy
     from simulation.sim_forecast import DailyProfileForecaster, FusedForecaster, IssuedForecaster, NoisyTraceForecaster
     from simulation.simulate import resample, simulate
 

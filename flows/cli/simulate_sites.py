@@ -56,10 +56,10 @@ def run_sites(*, policy: Path, site: list[str], column: str | None, limit: int |
     """``simulate-sites`` (also ``simulate --site``): print the comparison, or exit 2 with one line."""
     from backends.simulated import SimulatedBackend
     from carbon.errors import BadTrace
-    from scheduler.mode_figures import figures_for_policy
+    from scheduler.planner.mode_figures import figures_for_policy
     from carbon.trace_file import read_trace
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
     from simulation.sites import compare_sites
 
     began = time.perf_counter()

@@ -10,8 +10,8 @@ import yaml
 from flows.artifacts import artifact_key, report_from_markdown, report_markdown
 from flows.deploy import check_source, source_problem
 from scheduler.errors import PolicyError
-from scheduler.policy_io import load_policy
-from scheduler.sites import policy_at_site
+from scheduler.policy.loader import load_policy
+from scheduler.policy.sites import policy_at_site
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,7 +88,7 @@ def test_prefect_yaml_resolves_the_checkout_at_deploy_time() -> None:
 
 
 def test_a_run_artifact_carries_its_report(tmp_path: Path) -> None:
-    from scheduler.ledger import Ledger  # noqa: F401  (the report shape is the ledger's)
+    from scheduler.store.ledger import Ledger  # noqa: F401  (the report shape is the ledger's)
 
     report = {"run_id": "20260101T010203-ab12cd", "status": "completed", "job": "nightly", "policy": "p.yaml",
               "backend": "simulated", "energy_label": "modelled", "decision_reason": "clean", "energy_j": 1.0,
@@ -105,7 +105,7 @@ def test_a_crashed_run_gets_a_ledger_row_and_an_artifact_saying_so(tmp_path: Pat
     from datetime import datetime, timedelta, timezone
 
     from flows.fleet_runs import crashed_report
-    from scheduler.ledger import Ledger
+    from scheduler.store.ledger import Ledger
 
     began = datetime(2026, 3, 1, 21, 0, tzinfo=timezone.utc)
     placement = {"site": "gb", "start": began.isoformat(), "finish": (began + timedelta(hours=3)).isoformat(), "gpus": 1}

@@ -56,7 +56,7 @@ def test_cli_run_losing_the_gpu_is_recorded_and_exits_3(monkeypatch: pytest.Monk
     from backends.simulated import SimulatedBackend
     from backends.types import Applied, Settings
     from flows.cli import app
-    from scheduler.ledger import Ledger
+    from scheduler.store.ledger import Ledger
 
     class Lost(SimulatedBackend):
         def _apply(self, settings: Settings) -> Applied:

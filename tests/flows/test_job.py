@@ -188,8 +188,8 @@ def test_supervise_kills_the_job_group_when_interrupted():
     from carbon.monitor import CarbonMonitor, SourceSpec
     from carbon.providers.static import StaticProvider
     from flows.supervise import supervise
-    from scheduler.decide import decide
-    from scheduler.policy import Policy
+    from scheduler.planner.thresholds import decide
+    from scheduler.policy.model import Policy
 
     policy = Policy.model_validate({
         "carbon": {"provider": "static"},

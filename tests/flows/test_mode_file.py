@@ -21,8 +21,8 @@ from flows.mode_file import ModeFileChannel, mode_batch_sizes
 from flows.span_settings import batch_size_settings
 from flows.supervise import supervise
 from plans.job_protocol import BatchSizeAck, GridshiftJob, ModeAnnouncement, read_mode_file
-from scheduler.decide import decide
-from scheduler.policy import Policy
+from scheduler.planner.thresholds import decide
+from scheduler.policy.model import Policy
 from tests.flows.test_supervise_timeline import T0, FakeClock
 
 REPO = Path(__file__).resolve().parents[2]

@@ -45,8 +45,8 @@ def test_a_run_due_while_prefect_is_down_fires_exactly_once_when_it_is_back(pref
 
     from flows.cli.deploy import serve_plan
     from flows.deploy import trigger_deployment
-    from scheduler.policy_io import load_policy
-    from scheduler.service import PlanningService
+    from scheduler.policy.loader import load_policy
+    from scheduler.service.serve import PlanningService
 
     api = prefect_server.url
     out = run_cli([str(BIN / "gridshift"), "deploy", str(POLICY), "--no-schedule", "--pool", "it-serve-pool", "--json"],

@@ -23,8 +23,8 @@ from flows.progress import progress_file_reader
 from flows.supervise import PROGRESS_ENV, RESUME_ENV, SupervisedRun, supervise
 from flows.windows import CHECKPOINT_DIR_ENV
 from scheduler.planner import ModeFigures
-from scheduler.planning import plan_policy_job
-from scheduler.policy import Policy
+from scheduler.planner.inputs import plan_policy_job
+from scheduler.policy.model import Policy
 from tests.flows.test_supervise_timeline import T0, FakeClock, FakeJob
 
 H = 3600.0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backends.simulated import SimulatedBackend
-from scheduler.ledger import Ledger
+from scheduler.store.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = REPO / "examples" / "policy.yaml"

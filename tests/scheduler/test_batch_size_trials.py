@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from flows.trials import CostWatchedJob, trial_outcome
 from plans.batch_size import BatchSizeConfig, Trial
 from plans.job_protocol import JobResult
-from scheduler.batch_size_history import BatchSizeHistory, early_stop_cost
+from scheduler.store.batch_size_history import BatchSizeHistory, early_stop_cost
 
 CFG = BatchSizeConfig((16, 32, 64, 128), 64)
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -184,7 +184,7 @@ def _policy_yaml(tmp_path: Path, mode: str, job_extra: str = "") -> Path:
 ])
 def test_bad_batch_size_policies_are_one_clear_line(tmp_path: Path, mode: str, job_extra: str, message: str) -> None:
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     with pytest.raises(PolicyError) as err:
         load_policy(_policy_yaml(tmp_path, mode, job_extra))

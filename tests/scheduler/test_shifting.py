@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.shifting import (
+from scheduler.planner.shifting import (
     best_start,
     best_start_over_modes,
     plan_slots,
@@ -23,8 +23,8 @@ STEP_S = 900.0
 
 def _threshold_nightly():
     """The nightly example with the percentile rule it had before the planner: decide()'s own policy."""
-    from scheduler.policy import RelativeRule
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.model import RelativeRule
+    from scheduler.policy.loader import load_policy
 
     policy = load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
     return policy.model_copy(update={"rules": RelativeRule(horizon_s=43200, min_dwell_s=1800, interval_s=900)})
@@ -117,7 +117,7 @@ def _series(values, start, step=timedelta(minutes=15)):
 
 
 def test_decide_shifts_the_start_within_the_window(nightly_policy):
-    from scheduler.decide import decide
+    from scheduler.planner.thresholds import decide
 
     now = datetime(2024, 3, 1, 1, 0, tzinfo=timezone.utc)
     earliest = now - timedelta(hours=4)
@@ -137,7 +137,7 @@ def test_decide_shifts_the_start_within_the_window(nightly_policy):
 @given(st.lists(st.floats(0, 900, allow_nan=False), min_size=44, max_size=44), st.integers(-16, 0))
 def test_decide_never_starts_early_or_late(values, earliest_steps):
 
-    from scheduler.decide import decide
+    from scheduler.planner.thresholds import decide
 
     nightly_policy = _threshold_nightly()
 

@@ -74,8 +74,8 @@ def test_never_below_static_efficiency_with_a_shared_archive_moved_by_12_hours(r
         pytest.skip("../shared/data is not present (set GRIDSHIFT_SHARED_DATA)")
     from carbon.issued import read_issued_forecasts
     from carbon.trace_file import read_trace
-    from scheduler.mode_figures import figures_for_policy
-    from scheduler.policy_io import load_policy
+    from scheduler.planner.mode_figures import figures_for_policy
+    from scheduler.policy.loader import load_policy
     from simulation.simulate import resample, simulate
 
     policy = load_policy(REPO / "examples" / "nightly.yaml")
@@ -98,7 +98,7 @@ def test_on_a_grid_and_an_archive_that_are_pure_noise_it_is_not_above_static_eff
 
     from carbon.series import IntensityPoint, IntensitySeries
     from scheduler.planner import ModeFigures
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
     from simulation.simulate import simulate
 
     r = np.random.default_rng(0)

@@ -18,7 +18,7 @@ from simulation.sim_forecast import (
     NoisyTraceForecaster,
     PerfectForecaster,
 )
-from scheduler.cron import cron_occurrences
+from scheduler.policy.cron import cron_occurrences
 from scheduler.planner import ModeFigures
 from simulation.simulate import STRATEGIES, resample, simulate
 
@@ -31,7 +31,7 @@ MODEL = [ModeFigures("speed", 700.0, 1.0, "test"), ModeFigures("efficiency", 490
 
 @pytest.fixture
 def nightly_policy():
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     return load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
 
@@ -69,7 +69,7 @@ def test_resample_carries_values_over_gaps():
 
 
 def test_perfect_forecast_gridshift_is_near_the_oracle(nightly_policy):
-    from scheduler.policy import PlanRule
+    from scheduler.policy.model import PlanRule
 
     series = _synthetic(days=12)
     # the planner itself, with no min gain: only margin and dwell stand between it and the oracle
@@ -150,7 +150,7 @@ def test_acceptance_on_real_2020_traces(nightly_policy, name):
         pytest.skip("../shared/data is not present (set GRIDSHIFT_SHARED_DATA)")
     from backends.simulated import SimulatedBackend
     from carbon.trace_file import read_trace
-    from scheduler.mode_figures import figures_for_policy
+    from scheduler.planner.mode_figures import figures_for_policy
 
     series = read_trace(shared_data / "carbon" / "lets-wait-awhile" / name)
     _, step_s, _ = resample(series)

@@ -1,6 +1,6 @@
 """Where and when together: the planner run once per site, the best plan wins. Pure.
 
-For each site the planner, asked the policy's question (:func:`scheduler.planning.plan_policy_job`:
+For each site the planner, asked the policy's question (:func:`scheduler.planner.inputs.plan_policy_job`:
 the policy's objective, constraints, ``min_gain`` and no-deadline rule, as for a run without sites),
 plans the job on that site's forecast, with the modes the site allows (a mode drawing more than ``power_cap_w`` per GPU is not
 used there) and only at times the site's node has the GPUs free: ``bookings`` are the runs already
@@ -21,8 +21,8 @@ from typing import Mapping, Sequence
 
 from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.planner import ModeFigures, Objective, RunPlan
-from scheduler.planning import plan_policy_job
-from scheduler.policy import Policy, Site
+from scheduler.planner.inputs import plan_policy_job
+from scheduler.policy.model import Policy, Site
 
 __all__ = ["Booking", "SitePlan", "Placement", "booking_of", "modes_at_site", "place_run", "objective_value",
            "forecast_mean_g_per_kwh"]
@@ -188,7 +188,7 @@ def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], mod
     """Choose the site of ``policy.sites`` and the plan (start and modes) for its job together; see the module docstring.
 
     ``work_s`` defaults to ``job.expected_duration_s``; ``not_before``, ``deadline`` and
-    ``reference_start`` are as for :func:`scheduler.planning.plan_policy_job`. ``series_by_site``
+    ``reference_start`` are as for :func:`scheduler.planner.inputs.plan_policy_job`. ``series_by_site``
     holds each site's forecast; a site without one is left out (and said so). Raises ValueError when
     no site can run the job at all.
     """

@@ -1,7 +1,7 @@
 """Batch-size trials of recurring jobs, in a table of the SQLite ledger file (no server).
 
 :class:`plans.batch_size.BatchSizeOptimizer` is a pure fold over a job's trials; this module stores
-them, keyed by job name and workload fingerprint (:func:`scheduler.auto_power.job_fingerprint`).
+them, keyed by job name and workload fingerprint (:func:`scheduler.settings.auto_power.job_fingerprint`).
 ``begin`` reads the history, asks the optimiser and records a *pending* trial inside one
 ``BEGIN IMMEDIATE`` transaction, so runs of the same job starting together (threads or processes)
 are serialised: the second sees the first's pending trial and does not duplicate its exploration.
@@ -29,8 +29,8 @@ import numpy as np
 from carbon.sqlite_file import connect_wal
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Proposal, Trial
 from scheduler.errors import LedgerError
-from scheduler.ledger import gridshift_home, private_dir, private_file
-from scheduler.policy import BatchSizeSearch
+from scheduler.store.ledger import gridshift_home, private_dir, private_file
+from scheduler.policy.model import BatchSizeSearch
 
 __all__ = ["BatchSizeHistory", "BSO_SCHEMA_VERSION", "LEARNT_OUTCOMES", "OUTCOMES", "batch_size_config",
            "early_stop_cost"]

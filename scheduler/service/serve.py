@@ -26,7 +26,7 @@ Why not APScheduler's job store (what this used to be): its scheduler reads the 
 drops a date job from the store when it *submits* it (a crash before the trigger lost the night),
 and its misfire grace is one fixed span rather than each run's own deadline. Its ``CronTrigger`` also
 reads day-of-week numbers from Monday = 0, where Prefect's deployment reads Sunday = 0; the nominal
-times come from :mod:`scheduler.cron`, which reads ``job.cron`` (in ``job.timezone``) as Prefect does.
+times come from :mod:`scheduler.policy.cron`, which reads ``job.cron`` (in ``job.timezone``) as Prefect does.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _time(s: str | None) -> datetime | None:
 
 def default_store_path() -> Path:
     """Where ``gridshift serve`` keeps its planned runs unless told otherwise: ``$GRIDSHIFT_HOME/serve.sqlite``."""
-    from scheduler.ledger import gridshift_home
+    from scheduler.store.ledger import gridshift_home
 
     return gridshift_home() / "serve.sqlite"
 
@@ -360,7 +360,7 @@ def nominal_runs(cron: str, now: datetime, *, earliest_start_s: float, deadline_
                  tz: str = "UTC") -> list[datetime]:
     """Nominal times (``cron`` read in time zone ``tz``, as Prefect reads it) whose window
     ``[nominal + earliest, nominal + deadline]`` is still open and starts within ``horizon``."""
-    from scheduler.cron import cron_occurrences
+    from scheduler.policy.cron import cron_occurrences
 
     lo = now - timedelta(seconds=deadline_s)
     hi = now + horizon - timedelta(seconds=min(earliest_start_s, 0.0))

@@ -7,7 +7,7 @@ so the objective, the constraints and the no-deadline rule are read from the pol
 
 :func:`plan_start` answers "when should the occurrence nominally at ``nominal`` start": the start of
 the planner's plan (threshold policies, ``rules.kind: absolute|relative``, keep the start-time
-shifting of :func:`scheduler.decide.decide`). :func:`plan_runs` lists the coming occurrences of a
+shifting of :func:`scheduler.planner.thresholds.decide`). :func:`plan_runs` lists the coming occurrences of a
 recurring job for ``gridshift serve``.
 """
 
@@ -18,11 +18,11 @@ from datetime import datetime, timedelta
 from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
-from scheduler.decide import Decision, decide
+from scheduler.planner.thresholds import Decision, decide
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, plan_run
-from scheduler.cron import next_runs
-from scheduler.policy import JobSpec, PlanRule, Policy
-from scheduler.service import PlannedRun, nominal_runs
+from scheduler.policy.cron import next_runs
+from scheduler.policy.model import JobSpec, PlanRule, Policy
+from scheduler.service.serve import PlannedRun, nominal_runs
 
 __all__ = ["StartChoice", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
            "plans_with_planner", "policy_figures", "run_key"]
@@ -56,7 +56,7 @@ def plan_constraints(policy: Policy) -> PlanConstraints:
     """The planner's constraints for a planning policy: one place, for the flow, deploy, serve and simulate."""
     rules = policy.rules
     if not isinstance(rules, PlanRule):
-        raise ValueError(f"rules.kind {rules.kind!r} decides by thresholds (scheduler.decide), not by the planner")
+        raise ValueError(f"rules.kind {rules.kind!r} decides by thresholds (scheduler.planner.thresholds), not by the planner")
     return PlanConstraints(min_dwell_s=rules.min_dwell_s, deadline_margin_s=rules.deadline_margin_s, slot_s=rules.slot_s,
                            min_gain=rules.min_gain)
 
@@ -80,7 +80,7 @@ def plan_policy_job(
     """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
 
     ``pausable`` defaults to ``job.checkpointable``. A job without a deadline starts at once
-    (:class:`scheduler.policy.JobSpec`): it is planned against the finish of its slowest mode from
+    (:class:`scheduler.policy.model.JobSpec`): it is planned against the finish of its slowest mode from
     ``not_before``, so the planner chooses its modes but has no room to shift it. ``start_now``: the
     start is not the planner's to choose (a flow run whose start has come: the start was chosen by
     deploy/serve, or the user ran it now); it plans the modes from ``now`` on, as if the job were
@@ -123,7 +123,7 @@ class StartChoice:
 
 def policy_figures(policy: Policy, *, backend: Any = None, profile: Any = None,
                    policy_path: str | None = None, all_limits: bool = False) -> list[ModeFigures]:
-    """The planner's mode figures for ``policy`` (:func:`scheduler.mode_figures.figures_for_policy`).
+    """The planner's mode figures for ``policy`` (:func:`scheduler.planner.mode_figures.figures_for_policy`).
 
     ``backend`` gives the device (its capabilities) and, when it has a model (``operating_point``),
     the last-resort figures; a backend without one (real hardware measures, it does not predict)
@@ -133,7 +133,7 @@ def policy_figures(policy: Policy, *, backend: Any = None, profile: Any = None,
     default keeps to the policy's own modes.
     """
     from backends.simulated import SimulatedBackend
-    from scheduler.mode_figures import figures_for_policy
+    from scheduler.planner.mode_figures import figures_for_policy
 
     if profile is not None and hasattr(profile, "to_json"):
         profile = profile.to_json()

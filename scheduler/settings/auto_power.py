@@ -1,7 +1,7 @@
 """``power_limit_select`` in a mode: choose the limit from a stored profile, or build the profiler.
 
 A mode with ``power_limit_select`` leaves ``Settings.power_limit_w`` unset (see
-:func:`scheduler.modes.resolve_settings`). Two halves:
+:func:`scheduler.settings.resolve.resolve_settings`). Two halves:
 
 - the flow, before it applies the mode, looks up a stored profile for (GPU model, job fingerprint)
   and calls :func:`choose_power_limit` (pure): with a profile, the selector picks the limit; without
@@ -20,8 +20,8 @@ from backends.types import Capabilities
 from plans.power_limit import PowerLimitProfiler
 from plans.profile_store import PowerProfile, workload_fingerprint
 from plans.selectors import CarbonAware, make_selector
-from scheduler.ledger import gridshift_home
-from scheduler.policy import Mode
+from scheduler.store.ledger import gridshift_home
+from scheduler.policy.model import Mode
 
 __all__ = ["PROFILE_DIR_ENV", "FINGERPRINT_ENV", "GPU_MODEL_ENV", "PowerChoice", "auto_power_limit_profiler",
            "choose_power_limit", "job_fingerprint", "profiles_dir"]
@@ -80,7 +80,7 @@ def choose_power_limit(
         why = "no stored power-limit profile" if profile is None else "the stored profile has no limit in the device range"
         warning = (f"power_limit_select {sel!r}: {why} for {model} / workload {fingerprint or '?'}, running at {at}; "
                    f"produce one in-process with plans.callbacks.PowerLimitCallback(backend, "
-                   f"scheduler.auto_power.auto_power_limit_profiler(mode, caps), store=ProfileStore(${PROFILE_DIR_ENV}), "
+                   f"scheduler.settings.auto_power.auto_power_limit_profiler(mode, caps), store=ProfileStore(${PROFILE_DIR_ENV}), "
                    f"gpu_model=${GPU_MODEL_ENV}, fingerprint=${FINGERPRINT_ENV}) in the training loop")
         return PowerChoice(default, f"power limit auto ({sel}): {why}, device default", warning)
     # the profile's energy sums its own world_size ranks; the node's GPU count does not enter (issue 11)

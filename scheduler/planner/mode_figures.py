@@ -29,7 +29,7 @@ from plans.power_limit import MAX_POWER_W, MAX_SLOWDOWN, figure_problem
 from plans.profile_store import PowerProfile
 from scheduler.errors import PolicyError
 from scheduler.planner import ModeFigures
-from scheduler.policy import Mode, Policy
+from scheduler.policy.model import Mode, Policy
 
 __all__ = ["DECLARED", "LimitPoint", "figures_for_policy", "limit_modes", "read_limit_profile", "read_zeus_csv"]
 
@@ -265,7 +265,7 @@ def figures_for_policy(policy: Policy, *, caps: Any = None, backend: Any = None,
 
 
 def _backend_figures(mode: Mode, backend: Any, caps: Any, n_dev: int) -> tuple[float, float, str, bool]:
-    from scheduler.modes import resolve_settings
+    from scheduler.settings.resolve import resolve_settings
 
     settings = resolve_settings(mode, caps)
     gpu = caps.devices[0].name if caps is not None and caps.devices else "GPU"

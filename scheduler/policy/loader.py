@@ -4,7 +4,7 @@ PyYAML's composed node tree keeps each value's position; pydantic's error ``loc`
 that tree so ``modes.speed.power_limit_w: Input should be greater than 0`` comes out as
 ``policy.yaml:12:20: modes.speed.power_limit_w: Input should be greater than 0 (got -5)``.
 
-All errors are collected (schema errors, then the checks of :mod:`scheduler.policy_checks` on every
+All errors are collected (schema errors, then the checks of :mod:`scheduler.policy.checks` on every
 section that passed the schema), up to :data:`MAX_ISSUES`, each with a "did you mean" when a key or
 name is near an accepted one. Relative paths in a policy file (``job.workdir``, ``clock_plan``, a
 trace's ``path``) are read from the policy file's folder, wherever gridshift is started from.
@@ -21,10 +21,10 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from scheduler.did_you_mean import closest, did_you_mean
+from scheduler.policy.did_you_mean import closest, did_you_mean
 from scheduler.errors import PolicyError
-from scheduler.policy import CarbonConfig, CarbonSource, JobSpec, Mode, Policy
-from scheduler.policy_checks import Problem, section_problems
+from scheduler.policy.model import CarbonConfig, CarbonSource, JobSpec, Mode, Policy
+from scheduler.policy.checks import Problem, section_problems
 
 __all__ = ["MAX_ISSUES", "PolicyIssue", "load_policy", "parse_policy", "policy_json_schema", "resolve_policy_paths",
            "schema_errors"]
@@ -218,7 +218,7 @@ def _problem_issue(root: yaml.Node, problem: Problem, where: str) -> PolicyIssue
 
 
 def _checkable(data: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
-    """What the checks of :mod:`scheduler.policy_checks` read, taken piece by piece from the file as
+    """What the checks of :mod:`scheduler.policy.checks` read, taken piece by piece from the file as
     written, so a piece that fails the schema hides no problem of another: every carbon source that
     passes the schema on its own, every mode that does, the job and the backend name as written
     (relative paths resolved against ``base_dir``)."""
@@ -356,7 +356,7 @@ def _resolve_mode(mode: Mode, base_dir: Path) -> Mode:
 def resolve_policy_paths(policy: Policy, base_dir: str | Path) -> Policy:
     """``policy`` with its relative paths (job.workdir, clock plans, trace files) made absolute
     against ``base_dir``. The job's command is left as written: it runs in job.workdir, by default
-    the policy file's folder (:func:`scheduler.policy_checks.job_cwd`)."""
+    the policy file's folder (:func:`scheduler.policy.checks.job_cwd`)."""
     base = Path(base_dir).absolute()
     return policy.model_copy(update={
         "carbon": _resolve_carbon(policy.carbon, base),

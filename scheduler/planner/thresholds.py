@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.policy import AbsoluteRule, Policy, RelativeRule
+from scheduler.policy.model import AbsoluteRule, Policy, RelativeRule
 
 __all__ = ["ModeState", "Decision", "decide", "classify", "percentile_rank"]
 
@@ -111,7 +111,7 @@ def decide(
 
     Start time: ``start_at`` when given; otherwise, for a job not yet started (``state.mode`` is
     None) with an ``earliest`` start, a ``deadline`` and ``remaining_work_s``, the start is shifted
-    within ``[earliest, deadline - work]`` by :func:`scheduler.shifting.best_start` on ``series``
+    within ``[earliest, deadline - work]`` by :func:`scheduler.planner.shifting.best_start` on ``series``
     (the forecast), with ``now`` as the reference start; otherwise ``now``.
     """
     rule = policy.rules
@@ -178,7 +178,7 @@ def decide(
 def _shifted_start(series: IntensitySeries, *, earliest: datetime, deadline: datetime, now: datetime,
                    duration_s: float, step_s: float, min_gain: float) -> tuple[datetime, str]:
     """Best start from the forecast in ``series``, with ``now`` as the reference (see shifting)."""
-    from scheduler.shifting import best_start, series_grid
+    from scheduler.planner.shifting import best_start, series_grid
 
     origin = max(earliest, series.start) if series else earliest
     window_s = (deadline - origin).total_seconds()

@@ -1,6 +1,6 @@
 """Checks a schema cannot make: does the policy name things that exist?
 
-Run by :func:`scheduler.policy_io.parse_policy` after the schema, so ``gridshift policy check`` and
+Run by :func:`scheduler.policy.loader.parse_policy` after the schema, so ``gridshift policy check`` and
 ``gridshift run`` (before Prefect starts) stop on a misspelt provider, an option the provider does
 not take, a trace file that is missing or unreadable, an unknown country, an unknown backend, a cron
 expression or time zone that is not one, a job with nothing to run, a job command or working
@@ -29,9 +29,9 @@ from typing import Any, Mapping, Sequence
 
 from carbon.errors import CarbonError
 from carbon.providers.registry import provider_names, provider_option_names
-from scheduler.cron import cron_problem, timezone_problem  # re-exported: the cron is read in one place
-from scheduler.did_you_mean import did_you_mean
-from scheduler.policy import CarbonSource, JobSpec, Mode, unknown_mode_message
+from scheduler.policy.cron import cron_problem, timezone_problem  # re-exported: the cron is read in one place
+from scheduler.policy.did_you_mean import did_you_mean
+from scheduler.policy.model import CarbonSource, JobSpec, Mode, unknown_mode_message
 
 __all__ = ["NOTHING_TO_RUN", "Problem", "section_problems", "carbon_source_problems", "callable_problems",
            "backend_problem", "cron_problem", "command_problem", "job_cwd"]
@@ -240,7 +240,7 @@ def _job_problems(job: Mapping[str, Any], base_dir: Path | None) -> list[Problem
 def _clock_plan_problems(name: str, mode: Mode) -> list[Problem]:
     if mode.clock_plan is None:
         return []
-    from scheduler.clock_plans import load_mode_clock_plan
+    from scheduler.settings.clock_plans import load_mode_clock_plan
     from scheduler.errors import PolicyError
 
     try:

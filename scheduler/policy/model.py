@@ -1,7 +1,7 @@
 """Policy files: what a user writes to say how a job should run. Frozen, strict pydantic models.
 
 Every model forbids unknown keys, so a typo is an error with a file and line (see
-:mod:`scheduler.policy_io`), never a silently ignored setting. Units are in the field names.
+:mod:`scheduler.policy.loader`), never a silently ignored setting. Units are in the field names.
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ class Policy(Strict):
 
 def unknown_mode_message(which: str, name: str, modes: Any) -> str | None:
     """``rules.<which>`` must name a mode of ``modes``; the message when it does not, else None."""
-    from scheduler.did_you_mean import did_you_mean
+    from scheduler.policy.did_you_mean import did_you_mean
 
     if name in modes:
         return None
