@@ -175,8 +175,8 @@ def _fused_record(monitor: Any, policy: Any, *, zone: str, nominal: datetime, no
     """The archived fused forecast's record on this job's start decision (hourly), or None without an archive."""
     import math
 
-    from carbon.scorecard import scorecard
-    from carbon.skill import StartWindow
+    from carbon.forecasts.scorecard import scorecard
+    from carbon.forecasts.skill import StartWindow
 
     job = policy.job
     if monitor.archive is None or job.deadline_s is None:
@@ -200,7 +200,7 @@ def _record_sentence(notes: tuple[str, ...], record: Any) -> str:
 
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
-    from carbon.skill import trusts_start
+    from carbon.forecasts.skill import trusts_start
     from flows.sources import monitor_for
     from scheduler.planner.inputs import StartChoice, occurrence_for, plan_start, run_key
     from scheduler.policy.loader import load_policy

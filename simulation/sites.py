@@ -37,7 +37,7 @@ from scheduler.errors import PolicyError
 from scheduler.service.placement import modes_at_site, place_run
 from scheduler.planner import ModeFigures
 from scheduler.policy.model import Policy
-from carbon.forecast import FORECAST_HISTORY
+from carbon.forecasts.builtin import FORECAST_HISTORY
 from simulation.sim_forecast import DailyProfileForecaster, GridForecaster, PerfectForecaster
 from simulation.simulate import SimulationResult, resample, simulate
 

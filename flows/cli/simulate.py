@@ -130,7 +130,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     from carbon.trace_file import read_trace
     from scheduler.errors import PolicyError
     from scheduler.policy.loader import load_policy
-    from carbon.issued import read_issued_forecasts
+    from carbon.forecasts.issued import read_issued_forecasts
     from scheduler.planner.mode_figures import figures_for_policy
     from simulation.sim_forecast import DailyProfileForecaster, FusedForecaster, IssuedForecaster, NoisyTraceForecaster
     from simulation.simulate import resample, simulate

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from carbon.issued import IssuedForecasts
+from carbon.forecasts.issued import IssuedForecasts
 from simulation.sim_forecast import DailyProfileForecaster, FusedForecaster, IssuedForecaster, start_window
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_never_below_static_efficiency_with_a_shared_archive_moved_by_12_hours(r
     dacf = SHARED / "carbon" / "dacf"
     if not dacf.exists():
         pytest.skip("../shared/data is not present (set GRIDSHIFT_SHARED_DATA)")
-    from carbon.issued import read_issued_forecasts
+    from carbon.forecasts.issued import read_issued_forecasts
     from carbon.trace_file import read_trace
     from scheduler.planner.mode_figures import figures_for_policy
     from scheduler.policy.loader import load_policy

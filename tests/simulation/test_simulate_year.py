@@ -81,7 +81,7 @@ def test_perfect_forecast_gridshift_is_near_the_oracle(nightly_policy):
 
 
 def test_issued_forecasts_are_read_as_of_each_decision(tmp_path):
-    from carbon.issued import read_issued_forecasts
+    from carbon.forecasts.issued import read_issued_forecasts
 
     f = tmp_path / "issued.csv"
     f.write_text("issued_at,valid_for,g\n2024-01-01 00:00,2024-01-01 01:00,100\n2024-01-01 00:00,2024-01-01 02:00,200\n"
@@ -171,7 +171,7 @@ def test_the_result_does_not_depend_on_the_number_of_worker_processes(nightly_po
 
 
 def test_the_history_forecaster_fills_what_the_archive_does_not_cover(tmp_path):
-    from carbon.issued import read_issued_forecasts
+    from carbon.forecasts.issued import read_issued_forecasts
 
     step = 3600.0
     origin = datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()

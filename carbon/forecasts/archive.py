@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from carbon.fusion import Hindcast
+from carbon.forecasts.fusion import Hindcast
 from carbon.series import IntensityPoint
 from carbon.sqlite_file import connect_wal
 

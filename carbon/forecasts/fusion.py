@@ -2,7 +2,7 @@
 
 Every array is over *leads* ``0 .. L-1`` from one origin (lead 0 is now, whose value is observed).
 The inputs are the provider's forecasts (as issued), the built-in history forecast
-(:func:`carbon.forecast.daily_profile`) and the latest observation, which enters through each
+(:func:`carbon.forecasts.builtin.daily_profile`) and the latest observation, which enters through each
 input's error at lead 0. Fitted on :class:`Hindcast` s, what the inputs said at past origins and
 what was then observed (the archive's join, or the simulator's causal replay):
 

@@ -1,6 +1,6 @@
 """Score the archive: per provider and lead, how far off; per night, how well it served the start choice.
 
-Reads a :class:`carbon.archive.ForecastArchive`; the numbers come from :mod:`carbon.skill`. Time is an
+Reads a :class:`carbon.forecasts.archive.ForecastArchive`; the numbers come from :mod:`carbon.forecasts.skill`. Time is an
 argument (``now``): only nights fully observed by then are scored.
 """
 
@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from carbon.archive import ForecastArchive
-from carbon.skill import Night, StartWindow, night_scores, start_gain_share
+from carbon.forecasts.archive import ForecastArchive
+from carbon.forecasts.skill import Night, StartWindow, night_scores, start_gain_share
 
 __all__ = ["LeadScore", "Scorecard", "scorecard"]
 
