@@ -9,7 +9,7 @@ Two kinds of run, told apart by the ``plan`` parameter:
   or a concurrency slot while waiting for it (a site run whose GPUs an overrunning run still holds
   waits for them in Prefect's limit: :mod:`flows.gpus`).
 * **a planning run** (``plan=True``): what the deployment's cron creates (its schedule carries
-  ``parameters: {plan: true}``, see :func:`flows.deploy.deploy_policy`). It reads the forecast,
+  ``parameters: {plan: true}``, see :func:`flows.deployments.deploy.deploy_policy`). It reads the forecast,
   picks the start with :func:`scheduler.planner.inputs.plan_start` and, when the start is later than now,
   creates a flow run of the same deployment **scheduled at the chosen time**
   (``run_deployment(..., scheduled_time=...)``) and ends. The deferral is a Scheduled flow run in
@@ -86,7 +86,7 @@ def nightly_retrain(
     policy's sites; set by the per-site deployments): the run holds ``job.gpus`` of that node's GPU
     slots while it trains and pins those GPUs; when an overrunning run still holds them it waits for
     them in Prefect's global concurrency limit (the same flow run, see :mod:`flows.gpus`).
-    ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.windows`).
+    ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.job.windows`).
     ``placement`` (informational) is where and when the planner put the run, and why; it goes into the
     report. A policy with sites started without one is placed first: a planning run picks site and
     start, a run by hand the best site to start at once.

@@ -186,7 +186,7 @@ def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | 
     """
     from prefect.deployments import run_deployment
 
-    from flows.deploy import HEARTBEAT_TAG, site_deployment_name
+    from flows.deployments.deploy import HEARTBEAT_TAG, site_deployment_name
     from scheduler.policy.loader import load_policy
 
     policy = load_policy(policy_path)

@@ -9,7 +9,7 @@ With the planner (``rules.kind: plan``, the default) the loop is a receding hori
 2. run the plan's mode, until the next re-plan (every ``rules.interval_s``) or the plan's next
    mode change, whichever comes first; a span's reason is the plan's sentence for it;
 3. measure the work done (the job's progress file, else wall time x mode speed) and the speed each
-   mode really had (:class:`flows.progress.WorkTracker`), read the fresh forecast, and go to 1 with
+   mode really had (:class:`flows.job.progress.WorkTracker`), read the fresh forecast, and go to 1 with
    the mode running now (so the minimum dwell holds across re-plans).
 
 The deadline guard is the plan's feasibility at the speeds seen. A pausable job
@@ -34,10 +34,10 @@ from backends.base import Backend
 from backends.errors import NoPermission
 from backends.types import Applied, Capabilities
 from carbon.monitor import CarbonMonitor, Reading
-from flows.job import JobHandle
-from flows.mode_file import ModeFileChannel, mode_batch_sizes
-from flows.progress import WorkTracker, progress_file_reader
-from flows.span_settings import hardware_settings
+from flows.job.process import JobHandle
+from flows.job.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.job.progress import WorkTracker, progress_file_reader
+from flows.job.span_settings import hardware_settings
 from plans.profile_store import PowerProfile
 from scheduler.settings.auto_power import FINGERPRINT_ENV, GPU_MODEL_ENV, PROFILE_DIR_ENV, choose_power_limit
 from scheduler.settings.clock_plans import CLOCK_PLAN_ENV, ModePlan
@@ -246,7 +246,7 @@ def supervise(
     ``power_profile``: the stored profile that ``power_limit_select`` modes choose their limit from.
     ``mode_file``: the job's batch sizes and the mode file written at every mode change (default:
     the policy's batch sizes, no files); each span says who applied each setting and whether it was
-    confirmed (:mod:`flows.span_settings`).
+    confirmed (:mod:`flows.job.span_settings`).
     """
     run = out if out is not None else SupervisedRun()
     channel = mode_file if mode_file is not None else ModeFileChannel(

@@ -41,7 +41,7 @@ def deploy(
     import contextlib
     import sys
 
-    from flows.deploy import deploy_policy
+    from flows.deployments.deploy import deploy_policy
 
     notes: list[str] = []
 
@@ -131,7 +131,7 @@ def serve(
     Needs a Prefect server (PREFECT_API_URL) with the deployments (`gridshift deploy POLICY --no-schedule`).
     A run whose trigger fails is retried with backoff until its latest start, then recorded as missed.
     """
-    from flows.serving import PrefectNotReady, check_prefect, prefect_api_url, quiet_prefect_environment
+    from flows.deployments.serving import PrefectNotReady, check_prefect, prefect_api_url, quiet_prefect_environment
 
     quiet_prefect_environment()  # before Prefect is imported: no ephemeral server, no telemetry
     from scheduler.errors import PolicyError
@@ -153,7 +153,7 @@ def serve(
     except PrefectNotReady as exc:
         raise fail(exc, EXIT_ENV) from None
 
-    from flows.deploy import trigger_deployment
+    from flows.deployments.deploy import trigger_deployment
     from scheduler.service.serve import PlanningService, default_store_path
 
     store = db or default_store_path()

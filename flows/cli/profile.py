@@ -43,7 +43,7 @@ def run_cmd(
 
     With --sweep-clocks (and --allow-clock-changes) the script also gets GRIDSHIFT_SWEEP_CLOCKS and is expected to call plans.dvfs.capture.sweep_clocks with its backend's clock control.
     """  # noqa: E501 - one line per paragraph: the help renderer wraps it to the terminal
-    from flows.job import resolve_argv
+    from flows.job.process import resolve_argv
     from plans.dvfs.errors import ProfileError
     from plans.dvfs.profile import load_profile
 

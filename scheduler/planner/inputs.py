@@ -38,7 +38,7 @@ def occurrence_for(job: JobSpec, fired: datetime) -> datetime:
     ``job.cron`` (in ``job.timezone``) at or after it.
 
     The deployment fires at the earliest start, a wall-clock shift of the cron
-    (``flows.deploy.planning_cron``), or at the cron itself when no shift fits the day; on a day the
+    (``flows.deployments.deploy.planning_cron``), or at the cron itself when no shift fits the day; on a day the
     clocks change, or with the cron unshifted, ``fired - earliest_start_s`` would name another time.
     Without a cron (a run started by hand from a one-off policy) it is ``fired - earliest_start_s``.
     """

@@ -170,7 +170,7 @@ def job_cwd(job: JobSpec, base_dir: Path | None) -> Path:
     return Path(job.workdir) if job.workdir is not None else (base_dir or Path.cwd())
 
 
-_PYTHON = ("python", "python3")  # the job runs these as this interpreter (flows.job.resolve_argv)
+_PYTHON = ("python", "python3")  # the job runs these as this interpreter (flows.job.process.resolve_argv)
 
 
 def command_problem(argv: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None) -> str | None:

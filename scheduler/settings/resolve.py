@@ -12,7 +12,7 @@ def resolve_settings(mode: Mode, caps: Capabilities) -> Settings:
     """Absolute settings for ``mode`` on a device described by ``caps``.
 
     A power-limit fraction is taken of the device's maximum and clamped to its range. A
-    ``batch_size: auto`` mode leaves the batch size to the run's proposal (flows.trials).
+    ``batch_size: auto`` mode leaves the batch size to the run's proposal (flows.job.trials).
     """
     power_w = mode.power_limit_w
     if mode.power_limit_fraction is not None and caps.power_limit_range_w is not None:

@@ -17,8 +17,8 @@ import pytest
 from backends.simulated import SimulatedBackend
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.trace import TraceProvider
-from flows.job import start_command
-from flows.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.job.process import start_command
+from flows.job.mode_file import ModeFileChannel, mode_batch_sizes
 from flows.supervise import supervise
 from plans.dvfs.plan_file import load_plan
 from scheduler.settings.clock_plans import ModePlan

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from flows.deploy import planning_cron
+from flows.deployments.deploy import planning_cron
 from scheduler.policy.loader import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def test_each_planning_run_plans_a_run_policy_check_shows(tmp_path, cron, earlie
 
     from prefect.server.schemas.schedules import CronSchedule
 
-    from flows.deploy import planning_schedule
+    from flows.deployments.deploy import planning_schedule
     from scheduler.policy.cron import next_runs
     from scheduler.planner.inputs import occurrence_for
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from backends.types import Capabilities
-from flows.job import JobHandle
+from flows.job.process import JobHandle
 from plans.batch_size import Proposal
 from plans.job_protocol import JobResult
 from plans.zeus_trace.simulator import zeus_cost
@@ -122,7 +122,7 @@ def begin_trial(policy: Policy, fingerprint: str, caps: Capabilities, *, ledger_
 
 
 class CostWatchedJob:
-    """A :class:`flows.job.JobHandle` whose ``wait`` also stops the job once its cost passes ``bound``.
+    """A :class:`flows.job.process.JobHandle` whose ``wait`` also stops the job once its cost passes ``bound``.
 
     The check runs in the caller's thread, between short waits (at most ``poll_s``, sooner when the
     cost rate says the bound is near), so the supervisor's loop is unchanged and nothing else reads

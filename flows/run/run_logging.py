@@ -11,7 +11,7 @@ and the temporary Prefect server's output; the newest :data:`KEEP_LOGS` files ar
 
 Records are told apart without touching the code that makes them: Prefect's come from files inside
 the ``prefect`` package, the job's from the thread that pumps its output
-(:data:`flows.job.OUTPUT_THREAD_NAME`). Installed before Prefect is imported, these handlers also
+(:data:`flows.job.process.OUTPUT_THREAD_NAME`). Installed before Prefect is imported, these handlers also
 keep Prefect from adding its own console handler (it leaves a root logger with handlers alone).
 """
 
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-from flows.job import OUTPUT_THREAD_NAME
+from flows.job.process import OUTPUT_THREAD_NAME
 from scheduler.store.ledger import gridshift_home, private_dir, private_file
 
 __all__ = ["KEEP_LOGS", "logs_dir", "run_logging"]

@@ -6,7 +6,7 @@ restored (the backend's own handler restores at once, then calls this one), the 
 
 A second signal (an impatient second Ctrl-C) does not raise: an exception landing in those
 ``finally`` blocks would skip closing the mode span and the window, and the run would be recorded
-with no energy. It sets :data:`flows.job.KILL_NOW` instead, which cuts short what is being waited
+with no energy. It sets :data:`flows.job.process.KILL_NOW` instead, which cuts short what is being waited
 for (the job's grace period before SIGKILL, the temporary server's shutdown), so the exit is
 faster than after one signal and keeps what was measured. A third signal raises again, for a
 cleanup that hangs somewhere gridshift does not wait itself (the settings were restored by the
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, Iterator
 
-from flows.job import KILL_NOW
+from flows.job.process import KILL_NOW
 
 __all__ = ["StopSignals"]
 

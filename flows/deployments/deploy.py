@@ -11,7 +11,7 @@ and placing global concurrency limits, flow run heartbeats on the site deploymen
 :data:`HEARTBEAT_S`), the automation that marks a run Crashed when they stop for
 :data:`CRASH_AFTER_S` (Prefect's own zombie-run recipe; the server runs it), and a recording
 deployment that the automation runs for every crashed site run, which writes the ledger row and
-the run artifact the dead node never wrote (:func:`flows.fleet_runs.record_crashed_run`).
+the run artifact the dead node never wrote (:func:`flows.deployments.fleet_runs.record_crashed_run`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ __all__ = ["CRASH_AFTER_S", "DeployedPolicy", "HEARTBEAT_S", "HEARTBEAT_TAG", "M
            "deploy_policy", "planning_cron", "planning_schedule", "site_deployment_name", "source_problem",
            "trigger_deployment", "REPO_ROOT"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FLOW_ENTRYPOINT = "flows/nightly.py:nightly_retrain"
-RECORD_ENTRYPOINT = "flows/fleet_runs.py:record_crashed_run"
+RECORD_ENTRYPOINT = "flows/deployments/fleet_runs.py:record_crashed_run"
 
 #: seconds between a site run's heartbeats (Prefect's shortest)
 HEARTBEAT_S = 30
@@ -180,7 +180,7 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     docstring): ``<name>-record-crashed`` on ``work_pool`` and the two automations. ``notify`` hears
     one line per deployment replaced, per limit created or resized and per automation created.
     """
-    from flows.fleet_runs import record_crashed_run
+    from flows.deployments.fleet_runs import record_crashed_run
     from flows.gpus import ensure_limits, gpu_limit_name
     from flows.nightly import nightly_retrain
     from flows.placing import placing_limit_name

@@ -2,7 +2,7 @@
 and the record of a run whose node died.
 
 The local ledger holds the runs of the machine it is on; the Prefect server holds one artifact per
-run from every worker (key ``gridshift-run-<run id>``, see :mod:`flows.artifacts`), so this is the
+run from every worker (key ``gridshift-run-<run id>``, see :mod:`flows.run.artifacts`), so this is the
 one view of a fleet. Each key is read once, at its latest version. A site run whose node died
 writes nothing itself: :func:`record_crashed_run`, run by the automation ``gridshift deploy`` sets
 up, writes its ``crashed`` report instead.
@@ -16,7 +16,7 @@ from uuid import UUID
 
 from prefect import flow
 
-from flows.artifacts import RUN_ARTIFACT_PREFIX, report_from_markdown
+from flows.run.artifacts import RUN_ARTIFACT_PREFIX, report_from_markdown
 from scheduler.report import REPORT_VERSION
 
 __all__ = ["crashed_report", "record_crashed_run", "runs_from_prefect"]
@@ -85,7 +85,7 @@ def record_crashed_run(flow_run_id: str, job: str, policy_path: str, ledger_path
     from prefect.artifacts import create_markdown_artifact
     from prefect.client.orchestration import get_client
 
-    from flows.artifacts import artifact_key, report_markdown
+    from flows.run.artifacts import artifact_key, report_markdown
     from flows.placing import utc
     from scheduler.store.ledger import Ledger
 

@@ -3,7 +3,7 @@
 The run's :class:`ModeFileChannel` hands the job its start batch size and the two file paths, writes
 the mode file at every mode change (:func:`flows.supervise.supervise` calls :meth:`announce`; the
 announcement carries the mode's batch size and clock plan), and after the job ends reads its result
-file. Only that file confirms a batch size or a clock plan: :func:`flows.span_settings.job_settings`
+file. Only that file confirms a batch size or a clock plan: :func:`flows.job.span_settings.job_settings`
 labels each span with what the job confirmed, else "handed to the job, not confirmed".
 """
 
@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from flows.span_settings import job_settings
+from flows.job.span_settings import job_settings
 from plans.errors import BadJobFile
 from plans.job_protocol import (
     BATCH_SIZE_ENV,
