@@ -14,28 +14,25 @@ Robustness to forecast error (Let's Wait Awhile; a day-ahead forecast is often 5
   emissions; otherwise the job starts at the reference. Chasing a 1% forecast difference is noise;
 - **ties go early**: among candidates within ``tie_tolerance`` of the best, the earliest one wins
   (leaving the most slack before the deadline).
-
-For checkpointable jobs, :func:`plan_slots` splits the work into the greenest ``slot_s`` slots of
-the window instead (each resume costs ``resume_overhead_s``), under the same margin and gain rules.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
 
 from carbon.series import IntensitySeries
 
-__all__ = ["ShiftPlan", "SlotPlan", "best_start", "best_start_over_modes", "plan_slots", "series_grid", "window_integrals"]
+__all__ = ["ShiftedStart", "best_start", "best_start_over_modes", "series_grid", "window_integrals"]
 
 _J_PER_KWH = 3.6e6
 
 
 @dataclass(frozen=True)
-class ShiftPlan:
+class ShiftedStart:
     """The chosen start (seconds from the forecast origin) and why."""
 
     start_s: float
@@ -49,18 +46,6 @@ class ShiftPlan:
     def gain(self) -> float:
         """Expected relative saving of the chosen start against the reference start (0-1)."""
         return 0.0 if self.reference_g <= 0 else 1.0 - self.expected_g / self.reference_g
-
-
-@dataclass(frozen=True)
-class SlotPlan:
-    """Slots (start_s, end_s) the job runs in, in time order, and the expected emissions."""
-
-    slots: tuple[tuple[float, float], ...]
-    expected_g: float
-    reference_g: float
-    split: bool
-    reason: str = ""
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def window_integrals(values_g_per_kwh: np.ndarray, step_s: float, starts_s: np.ndarray, duration_s: float) -> np.ndarray:
@@ -110,7 +95,7 @@ def best_start(
     min_gain: float = 0.03,
     safety_margin_s: float | None = None,
     tie_tolerance: float = 0.005,
-) -> ShiftPlan:
+) -> ShiftedStart:
     """The start in ``[earliest_s, deadline_s - duration_s - margin]`` with least expected emissions.
 
     All times are seconds from the forecast's first value. ``reference_start_s`` (default
@@ -134,74 +119,11 @@ def best_start(
     pick = int(near[0])
     start, start_g = float(candidates[pick]), float(grams[pick])
     if ref_g <= 0 or start_g > ref_g * (1.0 - min_gain) or start == ref:
-        return ShiftPlan(ref, ref_g, ref, ref_g, False,
+        return ShiftedStart(ref, ref_g, ref, ref_g, False,
                          f"no start in the window is at least {min_gain:.0%} cleaner than the reference, so the job starts there")
     gain = 1.0 - start_g / ref_g
-    return ShiftPlan(start, start_g, ref, ref_g, True,
+    return ShiftedStart(start, start_g, ref, ref_g, True,
                      f"starting {(start - ref) / 3600:+.2f} h from the reference is expected to emit {gain:.1%} less")
-
-
-def plan_slots(
-    forecast_g_per_kwh: np.ndarray,
-    *,
-    step_s: float,
-    earliest_s: float,
-    deadline_s: float,
-    duration_s: float,
-    power_w: float,
-    slot_s: float,
-    resume_overhead_s: float = 0.0,
-    min_gain: float = 0.03,
-    safety_margin_s: float | None = None,
-) -> SlotPlan:
-    """Split a checkpointable job over the greenest slots of the window (falls back to one block).
-
-    The window ``[earliest_s, deadline_s - margin]`` is cut into whole ``slot_s`` slots; the job needs
-    ``ceil(duration_s / slot_s)`` of them plus ``resume_overhead_s`` per extra contiguous block. The
-    cheapest slots are taken; if that beats the best single block by less than ``min_gain``, the
-    single block (from :func:`best_start`) is kept, since every resume costs time and risk.
-    """
-    values = _validate(forecast_g_per_kwh, step_s, earliest_s, deadline_s, duration_s)
-    single = best_start(values, step_s=step_s, earliest_s=earliest_s, deadline_s=deadline_s, duration_s=duration_s,
-                        power_w=power_w, min_gain=min_gain, safety_margin_s=safety_margin_s)
-    one_block = SlotPlan(((single.start_s, single.start_s + duration_s),), single.expected_g, single.reference_g, False,
-                         single.reason)
-    margin = _safety_margin_s(duration_s, step_s, safety_margin_s)
-    usable_end = deadline_s - margin
-    n_slots = int(math.floor((usable_end - earliest_s) / slot_s + 1e-9))
-    need = int(math.ceil(duration_s / slot_s - 1e-9))
-    if n_slots < need + 1 or need < 1:
-        return one_block
-    starts = earliest_s + np.arange(n_slots) * slot_s
-    cost = window_integrals(values, step_s, starts, slot_s)
-    # more slots may be needed to pay for resume overheads; grow until the work fits
-    for extra in range(0, n_slots - need + 1):
-        chosen = np.sort(np.argsort(cost, kind="stable")[: need + extra])
-        blocks = 1 + int(np.count_nonzero(np.diff(chosen) > 1))
-        if len(chosen) * slot_s >= duration_s + (blocks - 1) * resume_overhead_s:
-            break
-    else:
-        return one_block
-    # the last slot is only partly used: trim the run to the work it needs
-    work_left = duration_s + (blocks - 1) * resume_overhead_s
-    slots: list[tuple[float, float]] = []
-    for i in chosen:
-        a = float(starts[i])
-        use = min(slot_s, work_left)
-        if use <= 0:
-            break
-        if slots and abs(slots[-1][1] - a) < 1e-9:
-            slots[-1] = (slots[-1][0], a + use)
-        else:
-            slots.append((a, a + use))
-        work_left -= use
-    scale = power_w / _J_PER_KWH
-    grams = float(sum(window_integrals(values, step_s, np.array([a]), b - a)[0] for a, b in slots) * scale)
-    if grams > single.expected_g * (1.0 - min_gain):
-        return one_block
-    return SlotPlan(tuple(slots), grams, single.reference_g, len(slots) > 1,
-                    f"splitting into {len(slots)} block(s) over the greenest {slot_s / 3600:g} h slots is expected to "
-                    f"emit {1 - grams / max(single.expected_g, 1e-12):.1%} less than the best single block")
 
 
 def series_grid(series: IntensitySeries, start: datetime, end: datetime, step_s: float) -> np.ndarray:
@@ -230,13 +152,13 @@ def best_start_over_modes(
     reference_start_s: float | None = None,
     min_gain: float = 0.03,
     safety_margin_s: float | None = None,
-) -> tuple[str, ShiftPlan]:
+) -> tuple[str, ShiftedStart]:
     """:func:`best_start` for each mode ``name -> (power_w, duration_s)`` that fits; the cleanest wins.
 
     A mode whose duration does not fit the window is skipped; the mode listed first is the fallback
     (list the fastest mode first so that a tight window always has a plan).
     """
-    best: tuple[str, ShiftPlan] | None = None
+    best: tuple[str, ShiftedStart] | None = None
     for name, (power_w, duration_s) in modes.items():
         if deadline_s < earliest_s + duration_s:
             continue

@@ -14,7 +14,6 @@ from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.planner.shifting import (
     best_start,
     best_start_over_modes,
-    plan_slots,
     window_integrals,
 )
 
@@ -58,17 +57,6 @@ def test_never_late_never_before_earliest(w, min_gain, margin_s):
         assert plan.expected_g <= plan.reference_g * (1 - min_gain) + 1e-9
 
 
-@settings(deadline=None, max_examples=60)
-@given(windows())
-def test_slots_stay_inside_the_window_and_cover_the_work(w):
-    values, earliest_s, deadline_s, duration_s = w
-    plan = plan_slots(values, step_s=STEP_S, earliest_s=earliest_s, deadline_s=deadline_s, duration_s=duration_s,
-                      power_w=500.0, slot_s=STEP_S * 2, resume_overhead_s=60.0)
-    assert all(a >= earliest_s - 1e-9 and b <= deadline_s + 1e-9 and b > a for a, b in plan.slots)
-    assert sum(b - a for a, b in plan.slots) >= duration_s - 1e-6
-    assert list(plan.slots) == sorted(plan.slots)
-
-
 def test_moves_to_the_clean_valley():
     values = np.array([500.0] * 8 + [100.0] * 4 + [500.0] * 12)  # clean from 2 h to 3 h
     plan = best_start(values, step_s=STEP_S, earliest_s=0, deadline_s=24 * STEP_S, duration_s=3600, power_w=1000)
@@ -103,13 +91,6 @@ def test_mode_choice_prefers_the_cheaper_mode_that_fits():
     name, _ = best_start_over_modes(values, {"speed": (700.0, 3 * 3600), "efficiency": (490.0, 20 * 3600)},
                                     step_s=STEP_S, earliest_s=0, deadline_s=40 * STEP_S)
     assert name == "speed"
-
-
-def test_split_uses_two_valleys_for_a_checkpointable_job():
-    values = np.array([100.0] * 4 + [800.0] * 8 + [100.0] * 4 + [800.0] * 8)
-    plan = plan_slots(values, step_s=STEP_S, earliest_s=0, deadline_s=24 * STEP_S, duration_s=7200, power_w=1000,
-                      slot_s=STEP_S, safety_margin_s=0)
-    assert plan.split and plan.slots == ((0.0, 3600.0), (12 * STEP_S, 12 * STEP_S + 3600.0))
 
 
 def _series(values, start, step=timedelta(minutes=15)):
