@@ -9,7 +9,8 @@ from scheduler.store.ledger import Ledger, gridshift_home
 from scheduler.settings.resolve import resolve_settings
 from scheduler.policy.model import (AbsoluteRule, BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Objective, PlanRule, Policy,
                               RelativeRule)
-from scheduler.policy.loader import load_policy, parse_policy, policy_json_schema
+from scheduler.policy.loader import load_policy, parse_policy
+from scheduler.policy.schema import policy_json_schema
 from scheduler.report import ModeSpan, RunReport, joules_to_grams
 
 __all__ = [

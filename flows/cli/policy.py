@@ -66,6 +66,6 @@ def check(
 @policy_app.command("schema")
 def schema() -> None:
     """Print the JSON schema of policy files (for editors)."""
-    from scheduler.policy.loader import policy_json_schema
+    from scheduler.policy.schema import policy_json_schema
 
     typer.echo(policy_json_schema())

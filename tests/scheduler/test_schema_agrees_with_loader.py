@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from scheduler.errors import PolicyError
-from scheduler.policy.loader import load_policy, parse_policy, policy_json_schema, schema_errors
+from scheduler.policy.loader import load_policy, parse_policy, schema_errors
+from scheduler.policy.schema import policy_json_schema
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
