@@ -29,7 +29,7 @@ Perseus (SOSP'24), Kareus (OSDI'26) and Spaan et al. (CF'26) for the granularity
 
 Example
 -------
->>> from plans.dvfs.synthetic import gpt3xl_layer_profile
+>>> from plans.dvfs.profiles.synthetic import gpt3xl_layer_profile
 >>> from plans.dvfs.model import build_tables
 >>> tables = build_tables(gpt3xl_layer_profile())
 >>> res = plan_dvfs(tables, epsilon=0.02, tau_sw_s=5e-3)

@@ -11,7 +11,7 @@ says ``source: synthetic`` and must never be reported as a measurement.
 
 from __future__ import annotations
 
-from plans.dvfs.profile import IterationSpan, KernelProfile, KernelRecord, ProfileMeta, workload_fingerprint
+from plans.dvfs.profiles.kernel_profile import IterationSpan, KernelProfile, KernelRecord, ProfileMeta, workload_fingerprint
 
 __all__ = ["gpt3xl_layer_profile"]
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from plans.dvfs.executor import ClockControl
 
 from plans.dvfs.errors import PlanInputError, ProfileError
-from plans.dvfs.profile import IterationSpan, KernelProfile, KernelRecord, ProfileMeta
+from plans.dvfs.profiles.kernel_profile import IterationSpan, KernelProfile, KernelRecord, ProfileMeta
 
 __all__ = ["ITERATION_PREFIX", "profile_from_trace", "phase", "capture_steps", "sweep_clocks"]
 
