@@ -8,7 +8,8 @@ from plans.dvfs.errors import DvfsError, ExecutorError, PlanFileError, PlanInput
 from plans.dvfs.executor import ClockControl, DryRunControl, PlanExecutor, attach_to_modules
 from plans.dvfs.model import KernelTables, ModelParams, build_tables
 from plans.dvfs.plan_file import ClockPlan, PlanParameters, load_plan, plan_from_result, save_plan
-from plans.dvfs.planner import evaluate_assignment, plan_dvfs
+from plans.dvfs._search import evaluate_assignment
+from plans.dvfs.planner import plan_dvfs
 from plans.dvfs.profiles.kernel_profile import KernelProfile, load_profile, save_profile
 from plans.dvfs.result import PlanResult, PlannedSegment
 
