@@ -13,7 +13,6 @@ import math
 import time
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
