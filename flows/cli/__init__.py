@@ -54,9 +54,9 @@ from flows.cli import intensity as _intensity  # noqa: E402,F401
 from flows.cli import bench as _bench  # noqa: E402,F401
 from flows.cli import gpu as _gpu  # noqa: E402,F401
 from flows.cli import profile as _profile  # noqa: E402,F401
-from flows.cli.simulate import trace as _simulate  # noqa: E402,F401
+from flows.cli import simulate as _simulate  # noqa: E402,F401
 from flows.cli import deploy as _deploy  # noqa: E402,F401
-from flows.cli.simulate import sites as _simulate_sites  # noqa: E402,F401
+from flows.cli import simulate_sites as _simulate_sites  # noqa: E402,F401
 from flows.cli import forecasts as _forecasts  # noqa: E402,F401
 
 

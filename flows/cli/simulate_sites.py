@@ -15,7 +15,7 @@ from flows.cli._errors import EXIT_INPUT, fail
 
 
 def _human(s: dict[str, Any]) -> str:
-    from flows.cli.simulate._units import figure, mass_unit
+    from simulation.human_units import figure, mass_unit
 
     unit, scale = mass_unit(s["fixed_g"])
     rows = [("fixed (home site, nominal start, reference mode)", s["fixed_g"]),

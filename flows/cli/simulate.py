@@ -24,7 +24,7 @@ _LABELS = {
 
 
 def _human(s: dict[str, Any], trace: str) -> str:
-    from flows.cli.simulate._units import energy_unit, figure, mass_unit
+    from simulation.human_units import energy_unit, figure, mass_unit
 
     label = f"from {s['figures_kind']} mode figures"
     # one unit per column, fitted to the baseline: a short job is grams and kilojoules, a year tonnes
@@ -78,7 +78,7 @@ def simulate(
     if site:
         if trace is not None:
             raise fail("give --trace (one grid) or --site NAME=CSV per site (a fleet), not both", EXIT_INPUT)
-        from flows.cli.simulate.sites import run_sites
+        from flows.cli.simulate_sites import run_sites
 
         if forecast == "noisy" and forecast_error != 0:
             raise fail("with --site the forecast is 'history' or 'noisy' with --forecast-error 0 (perfect)", EXIT_INPUT)
