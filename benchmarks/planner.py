@@ -31,7 +31,7 @@ def main() -> None:
     from carbon.series import IntensityPoint, IntensitySeries
     from scheduler.planner.thresholds import ModeState, decide
     from scheduler.planner import ModeFigures, PlanConstraints, PlanJob, plan_run
-    from scheduler.policy.model import Policy
+    from scheduler.policy.types import Policy
 
     now = datetime(2026, 1, 1, 21, tzinfo=timezone.utc)
     rng = np.random.default_rng(0)

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
 from scheduler.service.placement import Booking, Placement, place_run
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 from scheduler.policy.sites import policy_at_site
 
 __all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_bookings", "on_grid", "placing_limit_name",

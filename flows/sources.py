@@ -11,7 +11,7 @@ from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers import get_provider
 from carbon.providers.base import Provider
 from scheduler.store.ledger import gridshift_home
-from scheduler.policy.model import CarbonSource, Policy
+from scheduler.policy.types import CarbonSource, Policy
 
 __all__ = ["carbon_cache_dir", "forecast_archive_path", "monitor_for", "provider_for"]
 

@@ -46,7 +46,7 @@ from scheduler.settings.resolve import resolve_settings
 from scheduler.planner.mode_figures import limit_modes
 from scheduler.planner import ModeFigures, RunPlan
 from scheduler.planner.inputs import plan_policy_job, plans_with_planner
-from scheduler.policy.model import Mode, Policy
+from scheduler.policy.types import Mode, Policy
 from scheduler.report import ModeSpan, RunWindow, SpanSetting, joules_to_grams, settings_phrase
 
 __all__ = ["PROGRESS_ENV", "RESUME_ENV", "STOPPED_EXIT_CODES", "SupervisedRun", "progress_file_reader", "supervise"]

@@ -47,7 +47,7 @@ from scheduler.errors import LedgerError
 from scheduler.store.ledger import Ledger
 from scheduler.planner import ModeFigures
 from scheduler.planner.inputs import plans_with_planner, policy_figures
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 from scheduler.policy.checks import job_cwd
 from scheduler.policy.loader import load_policy
 from scheduler.report import RunReport, deadline_miss

@@ -7,7 +7,7 @@ from scheduler.planner.thresholds import Decision, ModeState, classify, decide, 
 from scheduler.errors import LedgerError, PolicyError, SchedulerError
 from scheduler.store.ledger import Ledger, gridshift_home
 from scheduler.settings.resolve import resolve_settings
-from scheduler.policy.model import (AbsoluteRule, BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Objective, PlanRule, Policy,
+from scheduler.policy.types import (AbsoluteRule, BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Objective, PlanRule, Policy,
                               RelativeRule)
 from scheduler.policy.loader import load_policy, parse_policy
 from scheduler.policy.schema import policy_json_schema

@@ -40,7 +40,7 @@ from scheduler.errors import PolicyError
 from scheduler.planner.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, plan_slots
 from scheduler.planner.inputs import plan_constraints
-from scheduler.policy.model import PlanRule, Policy, RelativeRule
+from scheduler.policy.types import PlanRule, Policy, RelativeRule
 from scheduler.planner.shifting import best_start_over_modes
 from simulation.sim_forecast import GridForecaster, StartGate, start_window
 

@@ -36,7 +36,7 @@ from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.errors import PolicyError
 from scheduler.service.placement import modes_at_site, place_run
 from scheduler.planner import ModeFigures
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 from carbon.forecasts.builtin import FORECAST_HISTORY
 from simulation.sim_forecast import DailyProfileForecaster, GridForecaster, PerfectForecaster
 from simulation.simulate import SimulationResult, resample, simulate

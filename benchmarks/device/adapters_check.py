@@ -62,7 +62,7 @@ def _callback(backend: Any, caps: Any, store_dir: Path, fingerprint: str, args: 
     from plans.callbacks import PowerLimitCallback
     from plans.profile_store import ProfileStore
     from scheduler.settings.auto_power import auto_power_limit_profiler
-    from scheduler.policy.model import Mode
+    from scheduler.policy.types import Mode
 
     mode = Mode(power_limit_select="zeus_cost", eta=0.5)
     profiler = auto_power_limit_profiler(mode, caps, step_w=args.step_w, warmup_steps=args.warmup_steps,

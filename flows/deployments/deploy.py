@@ -26,7 +26,7 @@ from uuid import UUID
 if TYPE_CHECKING:  # Prefect is imported when a deployment is made, not when the CLI starts
     from prefect.schedules import Schedule
 
-    from scheduler.policy.model import Policy
+    from scheduler.policy.types import Policy
 
 __all__ = ["CRASH_AFTER_S", "DeployedPolicy", "HEARTBEAT_S", "HEARTBEAT_TAG", "MARK_CRASHED", "check_source",
            "deploy_policy", "planning_cron", "planning_schedule", "site_deployment_name", "source_problem",

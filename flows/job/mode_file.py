@@ -25,7 +25,7 @@ from plans.job_protocol import (
     read_result_file,
     write_mode_file,
 )
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 from scheduler.report import ModeSpan, settings_phrase
 
 __all__ = ["ModeFileChannel", "mode_batch_sizes"]

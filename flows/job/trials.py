@@ -23,7 +23,7 @@ from plans.batch_size import Proposal
 from plans.job_protocol import JobResult
 from plans.zeus_trace.simulator import zeus_cost
 from scheduler.store.batch_size_history import BatchSizeHistory, batch_size_config, early_stop_cost
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 
 __all__ = ["BatchSizeTrial", "CostWatchedJob", "begin_trial", "trial_outcome"]
 

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from flows.sources import carbon_cache_dir
 from scheduler.store.ledger import gridshift_home, private_dir
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 from scheduler.policy.checks import backend_problem, command_problem
 from scheduler.policy.loader import load_policy
 

@@ -21,7 +21,7 @@ from carbon.series import IntensitySeries
 from scheduler.planner.thresholds import Decision, decide
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, plan_run
 from scheduler.policy.cron import next_runs
-from scheduler.policy.model import JobSpec, PlanRule, Policy
+from scheduler.policy.types import JobSpec, PlanRule, Policy
 from scheduler.service.serve import PlannedRun, nominal_runs
 
 __all__ = ["StartChoice", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
@@ -80,7 +80,7 @@ def plan_policy_job(
     """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
 
     ``pausable`` defaults to ``job.checkpointable``. A job without a deadline starts at once
-    (:class:`scheduler.policy.model.JobSpec`): it is planned against the finish of its slowest mode from
+    (:class:`scheduler.policy.types.JobSpec`): it is planned against the finish of its slowest mode from
     ``not_before``, so the planner chooses its modes but has no room to shift it. ``start_now``: the
     start is not the planner's to choose (a flow run whose start has come: the start was chosen by
     deploy/serve, or the user ran it now); it plans the modes from ``now`` on, as if the job were

@@ -29,7 +29,7 @@ from plans.power_limit import MAX_POWER_W, MAX_SLOWDOWN, figure_problem
 from plans.profile_store import PowerProfile
 from scheduler.errors import PolicyError
 from scheduler.planner import ModeFigures
-from scheduler.policy.model import Mode, Policy
+from scheduler.policy.types import Mode, Policy
 
 __all__ = ["DECLARED", "LimitPoint", "figures_for_policy", "limit_modes", "read_limit_profile", "read_zeus_csv"]
 

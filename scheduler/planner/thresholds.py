@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.policy.model import AbsoluteRule, Policy, RelativeRule
+from scheduler.policy.types import AbsoluteRule, Policy, RelativeRule
 
 __all__ = ["ModeState", "Decision", "decide", "classify", "percentile_rank"]
 

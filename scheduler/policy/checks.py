@@ -31,7 +31,7 @@ from carbon.errors import CarbonError
 from carbon.providers.registry import provider_names, provider_option_names
 from scheduler.policy.cron import cron_problem, timezone_problem  # re-exported: the cron is read in one place
 from scheduler.policy.did_you_mean import did_you_mean
-from scheduler.policy.model import CarbonSource, JobSpec, Mode, unknown_mode_message
+from scheduler.policy.types import CarbonSource, JobSpec, Mode, unknown_mode_message
 
 __all__ = ["NOTHING_TO_RUN", "Problem", "section_problems", "carbon_source_problems", "callable_problems",
            "backend_problem", "cron_problem", "command_problem", "job_cwd"]

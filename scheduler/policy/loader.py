@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from scheduler.policy.did_you_mean import closest, did_you_mean
 from scheduler.errors import PolicyError
-from scheduler.policy.model import CarbonConfig, CarbonSource, JobSpec, Mode, Policy
+from scheduler.policy.types import CarbonConfig, CarbonSource, JobSpec, Mode, Policy
 from scheduler.policy.checks import Problem, section_problems
 
 __all__ = ["MAX_ISSUES", "PolicyIssue", "load_policy", "parse_policy", "resolve_policy_paths",

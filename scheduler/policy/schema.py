@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 
 __all__ = ["policy_json_schema"]
 

@@ -1,13 +1,13 @@
 """Sites: where a job may run. The policy as seen at one site; pure.
 
-A site is a GPU node on its own grid (see :class:`scheduler.policy.model.Site`). A run placed there reads
+A site is a GPU node on its own grid (see :class:`scheduler.policy.types.Site`). A run placed there reads
 that grid's signal and honours the site's power cap; everything else in the policy is unchanged.
 """
 
 from __future__ import annotations
 
 from scheduler.errors import PolicyError
-from scheduler.policy.model import CarbonConfig, Policy, Site
+from scheduler.policy.types import CarbonConfig, Policy, Site
 
 __all__ = ["site_named", "policy_at_site"]
 

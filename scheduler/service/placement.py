@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.planner import ModeFigures, Objective, RunPlan
 from scheduler.planner.inputs import plan_policy_job
-from scheduler.policy.model import Policy, Site
+from scheduler.policy.types import Policy, Site
 
 __all__ = ["Booking", "SitePlan", "Placement", "booking_of", "modes_at_site", "place_run", "objective_value",
            "forecast_mean_g_per_kwh"]

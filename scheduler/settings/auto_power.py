@@ -21,7 +21,7 @@ from plans.power_limit import PowerLimitProfiler
 from plans.profile_store import PowerProfile, workload_fingerprint
 from plans.selectors import CarbonAware, make_selector
 from scheduler.store.ledger import gridshift_home
-from scheduler.policy.model import Mode
+from scheduler.policy.types import Mode
 
 __all__ = ["PROFILE_DIR_ENV", "FINGERPRINT_ENV", "GPU_MODEL_ENV", "PowerChoice", "auto_power_limit_profiler",
            "choose_power_limit", "job_fingerprint", "profiles_dir"]

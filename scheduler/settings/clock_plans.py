@@ -19,7 +19,7 @@ from plans.dvfs.errors import PlanFileError
 from plans.dvfs.plan_file import ClockPlan, load_mode_plan
 from plans.job_protocol import CLOCK_PLAN_ENV
 from scheduler.errors import PolicyError
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 
 __all__ = ["CLOCK_PLAN_ENV", "ModePlan", "load_clock_plans", "load_mode_clock_plan"]
 

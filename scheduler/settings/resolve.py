@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from backends.types import Capabilities, Settings
-from scheduler.policy.model import Mode
+from scheduler.policy.types import Mode
 
 __all__ = ["resolve_settings"]
 

@@ -30,7 +30,7 @@ from carbon.sqlite_file import connect_wal
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Proposal, Trial
 from scheduler.errors import LedgerError
 from scheduler.store.ledger import gridshift_home, private_dir, private_file
-from scheduler.policy.model import BatchSizeSearch
+from scheduler.policy.types import BatchSizeSearch
 
 __all__ = ["BatchSizeHistory", "BSO_SCHEMA_VERSION", "LEARNT_OUTCOMES", "OUTCOMES", "batch_size_config",
            "early_stop_cost"]

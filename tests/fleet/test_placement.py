@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.service.placement import Booking, booking_of, place_run
 from scheduler.planner import ModeFigures
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 
 NOW = datetime(2026, 3, 1, 20, 0, tzinfo=timezone.utc)
 MODES = [ModeFigures("speed", 700.0, 1.0, "test", False), ModeFigures("efficiency", 500.0, 0.8, "test", False)]

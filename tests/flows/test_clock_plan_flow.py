@@ -23,7 +23,7 @@ from flows.supervise import supervise
 from plans.dvfs.plan_file import load_plan
 from scheduler.settings.clock_plans import ModePlan
 from scheduler.planner.thresholds import decide
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 from tests.fakes.clock_plans import make_plan, write_plan
 from tests.flows.test_mode_file import InjectedTimeJob, _signal
 from tests.flows.test_supervise_timeline import FakeClock

@@ -98,7 +98,7 @@ def test_a_planning_run_plans_the_crons_occurrence(fired: str, expected: str) ->
     from datetime import datetime, timezone
 
     from scheduler.planner.inputs import occurrence_for
-    from scheduler.policy.model import JobSpec
+    from scheduler.policy.types import JobSpec
 
     assert planning_cron("0 1 * * *", -4 * 3600) == "0 21 * * *"
     job = JobSpec(name="j", command=["true"], cron="0 1 * * *", earliest_start_s=-4 * 3600, deadline_s=8 * 3600,

@@ -189,7 +189,7 @@ def test_supervise_kills_the_job_group_when_interrupted():
     from carbon.providers.static import StaticProvider
     from flows.supervise import supervise
     from scheduler.planner.thresholds import decide
-    from scheduler.policy.model import Policy
+    from scheduler.policy.types import Policy
 
     policy = Policy.model_validate({
         "carbon": {"provider": "static"},

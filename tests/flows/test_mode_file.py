@@ -22,7 +22,7 @@ from flows.job.span_settings import batch_size_settings
 from flows.supervise import supervise
 from plans.job_protocol import BatchSizeAck, GridshiftJob, ModeAnnouncement, read_mode_file
 from scheduler.planner.thresholds import decide
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 from tests.flows.test_supervise_timeline import T0, FakeClock
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from flows.supervise import PROGRESS_ENV, RESUME_ENV, SupervisedRun, supervise
 from flows.job.windows import CHECKPOINT_DIR_ENV
 from scheduler.planner import ModeFigures
 from scheduler.planner.inputs import plan_policy_job
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 from tests.flows.test_supervise_timeline import T0, FakeClock, FakeJob
 
 H = 3600.0

@@ -16,7 +16,7 @@ from carbon.providers.trace import TraceProvider
 from carbon.series import IntensityPoint, IntensitySeries
 from flows.supervise import supervise
 from scheduler.planner.thresholds import decide
-from scheduler.policy.model import Policy
+from scheduler.policy.types import Policy
 
 T0 = datetime(2024, 3, 1, 0, 0, tzinfo=timezone.utc)
 H = 3600.0

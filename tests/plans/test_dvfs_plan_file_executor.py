@@ -97,7 +97,7 @@ def test_a_mid_phase_segment_cannot_be_executed() -> None:
 
 
 def test_a_policy_mode_names_a_plan_that_loads(tmp_path: Path, phase_plan: ClockPlan) -> None:
-    from scheduler.policy.model import Mode
+    from scheduler.policy.types import Mode
 
     p = save_plan(phase_plan, tmp_path / "plan.json")
     mode = Mode(clock_plan=p)

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from plans.selectors import MaxSlowdown, ZeusCost, make_selector
-from scheduler.policy.model import Mode
+from scheduler.policy.types import Mode
 
 
 def test_mode_with_selector():

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.errors import PolicyError
-from scheduler.policy.model import CHECKPOINTABLE_CALLABLE
+from scheduler.policy.types import CHECKPOINTABLE_CALLABLE
 from scheduler.policy.checks import NOTHING_TO_RUN
 from scheduler.policy.loader import parse_policy
 

@@ -14,7 +14,7 @@ from plans.profile_store import PowerProfile, ProfileStore
 from scheduler.settings.auto_power import choose_power_limit, job_fingerprint, profiles_dir
 from scheduler.settings.clock_plans import load_clock_plans
 from scheduler.errors import PolicyError
-from scheduler.policy.model import Mode
+from scheduler.policy.types import Mode
 from scheduler.policy.loader import load_policy
 from tests.fakes.clock_plans import make_plan, write_plan
 

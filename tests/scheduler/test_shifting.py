@@ -22,7 +22,7 @@ STEP_S = 900.0
 
 def _threshold_nightly():
     """The nightly example with the percentile rule it had before the planner: decide()'s own policy."""
-    from scheduler.policy.model import RelativeRule
+    from scheduler.policy.types import RelativeRule
     from scheduler.policy.loader import load_policy
 
     policy = load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")

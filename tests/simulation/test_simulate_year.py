@@ -69,7 +69,7 @@ def test_resample_carries_values_over_gaps():
 
 
 def test_perfect_forecast_gridshift_is_near_the_oracle(nightly_policy):
-    from scheduler.policy.model import PlanRule
+    from scheduler.policy.types import PlanRule
 
     series = _synthetic(days=12)
     # the planner itself, with no min gain: only margin and dwell stand between it and the oracle
