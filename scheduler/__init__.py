@@ -1,4 +1,6 @@
-"""scheduler: policy files, decisions (mode + start time), the ledger, and the scheduling service.
+"""scheduler: decides. Rooms: ``policy/`` (the policy file), ``planner/`` (the plan, its inputs, the
+threshold decider), ``settings/`` (what a backend or job applies), ``store/`` (SQLite files), ``service/``
+(``gridshift serve``, placement across sites); ``report`` (RunReport) and ``errors`` at the top.
 
 Imports carbon, backends and plans; never flows.
 """

@@ -9,7 +9,7 @@ module cannot be found - instead of failing at run time, hours into a deferred n
 
 The checks run on every piece that can be read, whether or not the rest of the file passed the
 schema, so one mistake never hides another. Each returns :class:`Problem` values with the dotted
-location of the offending key or value; ``policy_io`` turns the location into ``file:line:col``.
+location of the offending key or value; the loader (:mod:`scheduler.policy.loader`) turns the location into ``file:line:col``.
 Relative paths have already been resolved against the policy file's folder; ``base_dir`` is that
 folder, the job's default working directory. Nothing here constructs a provider or a backend, or imports
 the user's code.
