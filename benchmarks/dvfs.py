@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from plans.dvfs.model import KernelTables, build_tables  # noqa: E402
-from plans.dvfs.planner import evaluate_assignment, plan_dvfs  # noqa: E402
-from plans.dvfs.profile import load_profile  # noqa: E402
+from plans.dvfs import evaluate_assignment, plan_dvfs  # noqa: E402
+from plans.dvfs.profiles.kernel_profile import load_profile  # noqa: E402
 
 REAL_PROFILE = ROOT / "tests" / "data" / "h200_gpt3xl_layer_profile.json"  # committed once captured on the H200
 SYNTHETIC_PROFILE = ROOT / "tests" / "data" / "SYNTHETIC_gpt3xl_layer_h200_profile.json"

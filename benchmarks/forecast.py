@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from carbon.forecast import FORECAST_HISTORY, FORECASTERS, hourly_means  # noqa: E402
+from carbon.forecasts.builtin import FORECAST_HISTORY, FORECASTERS, hourly_means  # noqa: E402
 from carbon.trace_file import read_trace  # noqa: E402
 
 _REL = Path("shared") / "data" / "carbon" / "lets-wait-awhile"
@@ -92,11 +92,11 @@ POLICY = REPO / "examples" / "nightly.yaml"
 
 def dacf_region(region: str, *, data_dir: Path = DACF_DIR, profile: Path = PROFILE) -> dict[str, dict[str, float | None]]:
     """History, raw issued and fused forecasts on one DACF region: forecast scores and the planner's share."""
-    from carbon.issued import read_issued_forecasts
-    from carbon.skill import Night, night_scores, start_gain_share
-    from scheduler.cron import cron_occurrences
-    from scheduler.mode_figures import figures_for_policy
-    from scheduler.policy_io import load_policy
+    from carbon.forecasts.issued import read_issued_forecasts
+    from carbon.forecasts.skill import Night, night_scores, start_gain_share
+    from scheduler.policy.cron import cron_occurrences
+    from scheduler.planner.mode_figures import figures_for_policy
+    from scheduler.policy.loader import load_policy
     from simulation.sim_forecast import DailyProfileForecaster, FusedForecaster, IssuedForecaster, start_window
     from simulation.simulate import resample, simulate
 

@@ -3,7 +3,7 @@
 Run from the repo root:
     .venv/bin/python benchmarks/planner.py [--repeats 30] [--work-h 3]
 Prints the median and p99 wall time of ``scheduler.planner.plan_run`` (exact DP, with its reasons)
-and of ``scheduler.decide.decide`` (the old threshold rule: one mode for one instant, start shifting
+and of ``scheduler.planner.thresholds.decide`` (the old threshold rule: one mode for one instant, start shifting
 included) on the same forecast, measured in the same run, and their ratio. Target: plan well under
 100 ms. The intensities are synthetic (a daily cycle plus noise); no energy figure is reported.
 """
@@ -29,9 +29,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from carbon.series import IntensityPoint, IntensitySeries
-    from scheduler.decide import ModeState, decide
+    from scheduler.planner.thresholds import ModeState, decide
     from scheduler.planner import ModeFigures, PlanConstraints, PlanJob, plan_run
-    from scheduler.policy import Policy
+    from scheduler.policy.types import Policy
 
     now = datetime(2026, 1, 1, 21, tzinfo=timezone.utc)
     rng = np.random.default_rng(0)

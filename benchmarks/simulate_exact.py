@@ -46,8 +46,8 @@ def main() -> None:
 
     from carbon.trace_file import read_trace
     from exact_slots import exact_dp
-    from scheduler.mode_figures import figures_for_policy
-    from scheduler.policy_io import load_policy
+    from scheduler.planner.mode_figures import figures_for_policy
+    from scheduler.policy.loader import load_policy
     from simulation.sim_forecast import NoisyTraceForecaster
     from simulation.simulate import simulate
 

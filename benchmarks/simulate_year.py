@@ -24,10 +24,10 @@ sys.path.insert(0, str(REPO))
 def main(trace_path: str) -> None:
     from backends.simulated import SimulatedBackend
     from carbon.trace_file import read_trace
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
     from simulation.sim_forecast import DailyProfileForecaster
-    from scheduler.cron import cron_occurrences
-    from scheduler.mode_figures import figures_for_policy
+    from scheduler.policy.cron import cron_occurrences
+    from scheduler.planner.mode_figures import figures_for_policy
     from simulation.simulate import resample, simulate
 
     policy = load_policy(REPO / "examples" / "nightly.yaml")

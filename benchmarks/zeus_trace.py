@@ -31,7 +31,7 @@ import numpy as np
 from plans.batch_size import BatchSizeConfig
 from plans.zeus_trace import (GridshiftPolicy, JobInfo, ZeusReplica, default_cost, load_trace_job, oracle, simulate,
                               trace_workloads)
-from plans.zeus_trace.trace import TraceJob
+from plans.zeus_trace.job_table import TraceJob
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "zeus" / "trace"
 SEEDS = range(5)

@@ -11,7 +11,7 @@ What happens on each ``read(now)``, per source in the chain (e.g. electricitymap
    ``Retry-After``), so a free tier is not hammered during an outage; it counts as a failure.
 2. Otherwise it is asked for the current value, its forecast (not again for ``forecast_retry``
    after it had none) and, on a cold cache or after a gap, its history. A missing forecast or
-   history is a *note*, not a failure; the built-in forecaster (:mod:`carbon.forecast`, learned
+   history is a *note*, not a failure; the built-in forecaster (:mod:`carbon.forecasts.builtin`, learned
    from the cached history) fills a missing forecast.
 3. A success is written to the on-disk cache (one JSON file per source and options hash, surviving
    restarts; see :func:`carbon.cache.cache_key`).
@@ -41,9 +41,9 @@ from carbon.cache import CacheEntry, SignalCache, cache_key
 from carbon.errors import CarbonError, RateLimited, StaleData
 import numpy as np
 
-from carbon.archive import ForecastArchive
-from carbon.forecast import FORECAST_HISTORY, PROFILE_DAYS, ForecasterName, forecast_series
-from carbon.fusion import apply_fusion, fit_fusion
+from carbon.forecasts.archive import ForecastArchive
+from carbon.forecasts.builtin import FORECAST_HISTORY, PROFILE_DAYS, ForecasterName, forecast_series
+from carbon.forecasts.fusion import apply_fusion, fit_fusion
 from carbon.providers.base import Provider
 from carbon.series import IntensityPoint, IntensitySeries
 from carbon.staleness import stale_reason
@@ -217,7 +217,7 @@ class CarbonMonitor:
 
     def _fused(self, label: str, zone: str, now: datetime, current: IntensityPoint, observed: IntensitySeries,
                forecast: tuple[IntensityPoint, ...], forecast_by: str) -> tuple[tuple[IntensityPoint, ...], str, str]:
-        """Archive what was received and computed, and fuse it (:mod:`carbon.fusion`) on the archive's record.
+        """Archive what was received and computed, and fuse it (:mod:`carbon.forecasts.fusion`) on the archive's record.
 
         Inputs: the provider's forecast when it sent one, and the built-in history forecast; the
         latest observation enters as each input's error now. Returns the fused points, who made

@@ -9,8 +9,8 @@ Two kinds of run, told apart by the ``plan`` parameter:
   or a concurrency slot while waiting for it (a site run whose GPUs an overrunning run still holds
   waits for them in Prefect's limit: :mod:`flows.gpus`).
 * **a planning run** (``plan=True``): what the deployment's cron creates (its schedule carries
-  ``parameters: {plan: true}``, see :func:`flows.deploy.deploy_policy`). It reads the forecast,
-  picks the start with :func:`scheduler.planning.plan_start` and, when the start is later than now,
+  ``parameters: {plan: true}``, see :func:`flows.deployments.deploy.deploy_policy`). It reads the forecast,
+  picks the start with :func:`scheduler.planner.inputs.plan_start` and, when the start is later than now,
   creates a flow run of the same deployment **scheduled at the chosen time**
   (``run_deployment(..., scheduled_time=...)``) and ends. The deferral is a Scheduled flow run in
   Prefect until its time: visible and movable in the UI, it survives worker restarts, and no worker
@@ -86,7 +86,7 @@ def nightly_retrain(
     policy's sites; set by the per-site deployments): the run holds ``job.gpus`` of that node's GPU
     slots while it trains and pins those GPUs; when an overrunning run still holds them it waits for
     them in Prefect's global concurrency limit (the same flow run, see :mod:`flows.gpus`).
-    ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.windows`).
+    ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.job.windows`).
     ``placement`` (informational) is where and when the planner put the run, and why; it goes into the
     report. A policy with sites started without one is placed first: a planning run picks site and
     start, a run by hand the best site to start at once.
@@ -114,7 +114,7 @@ def nightly_retrain(
 
 
 def _has_sites(policy_path: str) -> bool:
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     return bool(load_policy(policy_path).sites)
 
@@ -122,8 +122,8 @@ def _has_sites(policy_path: str) -> bool:
 def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Choose site and start (and modes) together, and create the run on that site's deployment."""
     from flows.placing import submit_placed_run
-    from scheduler.planning import occurrence_for, run_key
-    from scheduler.policy_io import load_policy
+    from scheduler.planner.inputs import occurrence_for, run_key
+    from scheduler.policy.loader import load_policy
 
     logger = get_run_logger()
     name = _deployment_name()
@@ -154,9 +154,9 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
                    resume: dict[str, Any] | None) -> dict[str, Any]:
     from flows.gpus import hold_gpus, pin_environment
     from flows.training import carbon_aware_training
-    from scheduler.ledger import gridshift_home
-    from scheduler.policy_io import load_policy
-    from scheduler.sites import site_named
+    from scheduler.store.ledger import gridshift_home
+    from scheduler.policy.loader import load_policy
+    from scheduler.policy.sites import site_named
 
     policy = load_policy(policy_path)
     node = site_named(policy, site)
@@ -175,8 +175,8 @@ def _fused_record(monitor: Any, policy: Any, *, zone: str, nominal: datetime, no
     """The archived fused forecast's record on this job's start decision (hourly), or None without an archive."""
     import math
 
-    from carbon.scorecard import scorecard
-    from carbon.skill import StartWindow
+    from carbon.forecasts.scorecard import scorecard
+    from carbon.forecasts.skill import StartWindow
 
     job = policy.job
     if monitor.archive is None or job.deadline_s is None:
@@ -200,10 +200,10 @@ def _record_sentence(notes: tuple[str, ...], record: Any) -> str:
 
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
-    from carbon.skill import trusts_start
+    from carbon.forecasts.skill import trusts_start
     from flows.sources import monitor_for
-    from scheduler.planning import StartChoice, occurrence_for, plan_start, run_key
-    from scheduler.policy_io import load_policy
+    from scheduler.planner.inputs import StartChoice, occurrence_for, plan_start, run_key
+    from scheduler.policy.loader import load_policy
 
     logger = get_run_logger()
     policy = load_policy(policy_path)

@@ -1,5 +1,5 @@
 """Place a run of a policy with sites: read every site's forecast and the fleet's bookings, let
-:func:`scheduler.placement.place_run` choose site and start, and create the flow run there.
+:func:`scheduler.service.placement.place_run` choose site and start, and create the flow run there.
 
 The edges around the pure placement: forecasts come from each site's carbon source (the same
 monitors a run uses), bookings from Prefect (the gridshift runs that are Scheduled, Pending or
@@ -27,9 +27,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
-from scheduler.placement import Booking, Placement, place_run
-from scheduler.policy import Policy
-from scheduler.sites import policy_at_site
+from scheduler.service.placement import Booking, Placement, place_run
+from scheduler.policy.types import Policy
+from scheduler.policy.sites import policy_at_site
 
 __all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_bookings", "on_grid", "placing_limit_name",
            "placing_lock", "plan_placement", "submit_placed_run", "utc"]
@@ -141,7 +141,7 @@ def on_grid(moment: datetime, anchor: datetime, slot_s: float) -> datetime:
 
 def _grid_anchor(policy: Policy, nominal: datetime) -> datetime:
     """The cron's last occurrence at or before ``nominal`` (``nominal`` itself without a cron, or none in 2 days)."""
-    from scheduler.cron import cron_occurrences
+    from scheduler.policy.cron import cron_occurrences
 
     if policy.job.cron is None:
         return nominal
@@ -154,15 +154,15 @@ def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_no
                    bookings: Sequence[Booking] = (), forecasts: dict[str, IntensitySeries] | None = None) -> Placement:
     """Site and plan for the occurrence nominally at ``nominal`` (``start_now``: the best site to start at once).
 
-    The window is the one :func:`scheduler.planning.plan_start` gives a run without sites; the mode
-    figures are :func:`scheduler.planning.policy_figures` without a device (placement happens away
+    The window is the one :func:`scheduler.planner.inputs.plan_start` gives a run without sites; the mode
+    figures are :func:`scheduler.planner.inputs.policy_figures` without a device (placement happens away
     from the nodes). ``start_now`` (a run started by hand) plans as a job without a deadline does:
     from now, the modes chosen, no room to shift the start. Otherwise the planner's slots lie on the
     cron's grid (its occurrences plus ``earliest_start_s``, in steps of ``rules.slot_s``), starting
     at the first grid point not in the past: a planning run that began a few seconds late still
     plans starts at 21:00, 21:15, ..., never at 21:00:07.
     """
-    from scheduler.planning import policy_figures
+    from scheduler.planner.inputs import policy_figures
 
     job = policy.job
     earliest = nominal + timedelta(seconds=job.earliest_start_s)
@@ -187,8 +187,8 @@ def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | 
     """
     from prefect.deployments import run_deployment
 
-    from flows.deploy import HEARTBEAT_TAG, site_deployment_name
-    from scheduler.policy_io import load_policy
+    from flows.deployments.deploy import HEARTBEAT_TAG, site_deployment_name
+    from scheduler.policy.loader import load_policy
 
     policy = load_policy(policy_path)
     sites = [s.name for s in policy.sites]

@@ -6,12 +6,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from carbon.archive import ForecastArchive
+from carbon.forecasts.archive import ForecastArchive
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers import get_provider
 from carbon.providers.base import Provider
-from scheduler.ledger import gridshift_home
-from scheduler.policy import CarbonSource, Policy
+from scheduler.store.ledger import gridshift_home
+from scheduler.policy.types import CarbonSource, Policy
 
 __all__ = ["carbon_cache_dir", "forecast_archive_path", "monitor_for", "provider_for"]
 

@@ -5,11 +5,11 @@ Plain Python (no Prefect), so the control loop is testable with an injected cloc
 
 With the planner (``rules.kind: plan``, the default) the loop is a receding horizon:
 
-1. plan the work left from now (forecast, mode figures, objective, deadline; :mod:`scheduler.planning`);
+1. plan the work left from now (forecast, mode figures, objective, deadline; :mod:`scheduler.planner.inputs`);
 2. run the plan's mode, until the next re-plan (every ``rules.interval_s``) or the plan's next
    mode change, whichever comes first; a span's reason is the plan's sentence for it;
 3. measure the work done (the job's progress file, else wall time x mode speed) and the speed each
-   mode really had (:class:`flows.progress.WorkTracker`), read the fresh forecast, and go to 1 with
+   mode really had (:class:`flows.job.progress.WorkTracker`), read the fresh forecast, and go to 1 with
    the mode running now (so the minimum dwell holds across re-plans).
 
 The deadline guard is the plan's feasibility at the speeds seen. A pausable job
@@ -18,7 +18,7 @@ its checkpoint) and started again with ``GRIDSHIFT_RESUME=1`` in the next window
 (a plain ``gridshift run``), or, when the caller passes ``defer_pauses_over_s`` (a deployment), by
 returning with :attr:`SupervisedRun.next_window` set, so the next window is a Scheduled flow run of
 its own and no worker waits through the pause. Threshold rules (``rules.kind: absolute|relative``)
-keep their loop through :func:`scheduler.decide.decide`, with the deadline guard at the modes' real
+keep their loop through :func:`scheduler.planner.thresholds.decide`, with the deadline guard at the modes' real
 slowdowns.
 """
 
@@ -34,19 +34,19 @@ from backends.base import Backend
 from backends.errors import NoPermission
 from backends.types import Applied, Capabilities
 from carbon.monitor import CarbonMonitor, Reading
-from flows.job import JobHandle
-from flows.mode_file import ModeFileChannel, mode_batch_sizes
-from flows.progress import WorkTracker, progress_file_reader
-from flows.span_settings import hardware_settings
+from flows.job.process import JobHandle
+from flows.job.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.job.progress import WorkTracker, progress_file_reader
+from flows.job.span_settings import hardware_settings
 from plans.profile_store import PowerProfile
-from scheduler.auto_power import FINGERPRINT_ENV, GPU_MODEL_ENV, PROFILE_DIR_ENV, choose_power_limit
-from scheduler.clock_plans import CLOCK_PLAN_ENV, ModePlan
-from scheduler.decide import Decision, ModeState, decide
-from scheduler.modes import resolve_settings
-from scheduler.mode_figures import limit_modes
+from scheduler.settings.auto_power import FINGERPRINT_ENV, GPU_MODEL_ENV, PROFILE_DIR_ENV, choose_power_limit
+from scheduler.settings.clock_plans import CLOCK_PLAN_ENV, ModePlan
+from scheduler.planner.thresholds import Decision, ModeState, decide
+from scheduler.settings.resolve import resolve_settings
+from scheduler.planner.mode_figures import limit_modes
 from scheduler.planner import ModeFigures, RunPlan
-from scheduler.planning import plan_policy_job, plans_with_planner
-from scheduler.policy import Mode, Policy
+from scheduler.planner.inputs import plan_policy_job, plans_with_planner
+from scheduler.policy.types import Mode, Policy
 from scheduler.report import ModeSpan, RunWindow, SpanSetting, joules_to_grams, settings_phrase
 
 __all__ = ["PROGRESS_ENV", "RESUME_ENV", "STOPPED_EXIT_CODES", "SupervisedRun", "progress_file_reader", "supervise"]
@@ -231,7 +231,7 @@ def supervise(
 ) -> SupervisedRun:
     """Run one job to its end (or, see ``defer_pauses_over_s``, to a long planned pause).
 
-    ``figures``: the modes' power and speed (:func:`scheduler.mode_figures.figures_for_policy`),
+    ``figures``: the modes' power and speed (:func:`scheduler.planner.mode_figures.figures_for_policy`),
     needed by the planner and giving the threshold rules' deadline guard its slowdowns (``slowdown``
     overrides them, mode -> time factor vs the clean mode). ``first``: the threshold rules' first
     decision. ``progress()``: the job's fraction done (0-1) or None. ``out`` may carry the spans,
@@ -240,13 +240,13 @@ def supervise(
     through a pause in this process, unless the next window is more than ``defer_pauses_over_s``
     away: then the run returns with ``next_window`` set, for the caller to schedule.
 
-    ``clock_plans`` (checked by :func:`scheduler.clock_plans.load_clock_plans`): the first mode's
+    ``clock_plans`` (checked by :func:`scheduler.settings.clock_plans.load_clock_plans`): the first mode's
     plan goes to the job in ``GRIDSHIFT_CLOCK_PLAN``, later modes' in the mode file (``mode_file``
     must be built with the same plans), for the job's :class:`plans.clock_runner.ClockPlanRunner`.
     ``power_profile``: the stored profile that ``power_limit_select`` modes choose their limit from.
     ``mode_file``: the job's batch sizes and the mode file written at every mode change (default:
     the policy's batch sizes, no files); each span says who applied each setting and whether it was
-    confirmed (:mod:`flows.span_settings`).
+    confirmed (:mod:`flows.job.span_settings`).
     """
     run = out if out is not None else SupervisedRun()
     channel = mode_file if mode_file is not None else ModeFileChannel(
@@ -260,7 +260,7 @@ def supervise(
                        fingerprint=fingerprint, profile_dir=profile_dir, channel=channel)
         if plans_with_planner(policy):
             if not figures:
-                raise ValueError("the planner needs the modes' figures (scheduler.planning.policy_figures)")
+                raise ValueError("the planner needs the modes' figures (scheduler.planner.inputs.policy_figures)")
             modes.table.update({k: v for k, v in limit_modes(list(figures)).items() if k not in modes.table})
             return _follow_plans(policy, modes, monitor=monitor, start_job=start_job, now=now, log=log, deadline=deadline,
                                  progress=progress, figures=figures, sleep=sleep,
@@ -484,7 +484,7 @@ def _follow_thresholds(policy: Policy, modes: _Modes, *, monitor: CarbonMonitor,
                        start_job: Callable[[dict[str, str]], JobHandle], now: Callable[[], datetime],
                        log: Callable[[str], None], deadline: datetime | None, slowdown: dict[str, float],
                        progress: Callable[[], float | None] | None) -> SupervisedRun:
-    """The threshold rules' loop: re-decide every interval with :func:`scheduler.decide.decide`.
+    """The threshold rules' loop: re-decide every interval with :func:`scheduler.planner.thresholds.decide`.
 
     Progress is tracked in clean-mode seconds: time spent in a mode counts ``1 / slowdown[mode]``
     (default: the mode figures' speed, else ``1 + max_slowdown``), so the deadline guard in

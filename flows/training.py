@@ -29,29 +29,29 @@ from backends.safety import install_restore_handlers
 from backends.registry import create_backend
 from carbon.monitor import CarbonMonitor, Reading
 from carbon.series import as_utc
-from flows.artifacts import artifact_key, report_markdown
-from flows.flow_parameters import JsonParametersFlow
-from flows.job import JobFailed, JobHandle, start_callable, start_command
-from flows.mode_file import ModeFileChannel, mode_batch_sizes
-from flows.run_ids import new_run_id
+from flows.run.artifacts import artifact_key, report_markdown
+from flows.deployments.flow_parameters import JsonParametersFlow
+from flows.job.process import JobFailed, JobHandle, start_callable, start_command
+from flows.job.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.run.run_ids import new_run_id
 from flows.sources import monitor_for
 from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, supervise
-from flows.trials import CostWatchedJob, begin_trial
-from flows.windows import CHECKPOINT_DIR_ENV, DEFER_MIN_S, checkpoint_dir, defer_next_window, flow_run_deployment, resumed_run
+from flows.job.trials import CostWatchedJob, begin_trial
+from flows.job.windows import CHECKPOINT_DIR_ENV, DEFER_MIN_S, checkpoint_dir, defer_next_window, flow_run_deployment, resumed_run
 from plans.errors import BadProfile
 from plans.profile_store import PowerProfile, ProfileStore
-from scheduler.auto_power import job_fingerprint, profiles_dir
-from scheduler.clock_plans import ModePlan, load_clock_plans
-from scheduler.decide import Decision, decide
+from scheduler.settings.auto_power import job_fingerprint, profiles_dir
+from scheduler.settings.clock_plans import ModePlan, load_clock_plans
+from scheduler.planner.thresholds import Decision, decide
 from scheduler.errors import LedgerError
-from scheduler.ledger import Ledger
+from scheduler.store.ledger import Ledger
 from scheduler.planner import ModeFigures
-from scheduler.planning import plans_with_planner, policy_figures
-from scheduler.policy import Policy
-from scheduler.policy_checks import job_cwd
-from scheduler.policy_io import load_policy
+from scheduler.planner.inputs import plans_with_planner, policy_figures
+from scheduler.policy.types import Policy
+from scheduler.policy.checks import job_cwd
+from scheduler.policy.loader import load_policy
 from scheduler.report import RunReport, deadline_miss
-from scheduler.sites import policy_at_site
+from scheduler.policy.sites import policy_at_site
 
 __all__ = ["carbon_aware_training", "new_run_id", "quiet_domain_tracebacks"]
 
@@ -257,7 +257,7 @@ def carbon_aware_training(
 
     A pausable job (``job.checkpointable``) under a deployment ends this flow run at a long planned
     pause with status ``paused``, after scheduling its next window as a flow run of the same
-    deployment; ``resume`` (from :mod:`flows.windows`) carries the windows, spans and work done so far
+    deployment; ``resume`` (from :mod:`flows.job.windows`) carries the windows, spans and work done so far
     into that run, so its report covers them all. Outside a deployment the flow waits through pauses.
 
     ``nominal_start`` (ISO-8601) is the occurrence's nominal time (default: now): the deadline and

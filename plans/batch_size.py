@@ -60,6 +60,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from plans._lognormal import lognormal_capped_mean, lognormal_put, normal_cdf
+
 __all__ = ["Trial", "BatchSizeConfig", "Proposal", "BatchSizeOptimizer"]
 
 
@@ -144,24 +146,6 @@ class _Candidate:
     mu: float  # predicted log cost
     sd: float
     from_line: bool  # extrapolated from two sizes (else flat from one)
-
-
-def _phi(z: float) -> float:
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
-
-
-def _lognormal_put(m: float, mu: float, sd: float) -> float:
-    """E[(m - X)+] for log X ~ N(mu, sd^2)."""
-    lm = math.log(m)
-    return m * _phi((lm - mu) / sd) - math.exp(mu + sd * sd / 2.0) * _phi((lm - mu - sd * sd) / sd)
-
-
-def _lognormal_capped_mean(cap: float, mu: float, sd: float) -> float:
-    """E[min(X, cap)] for log X ~ N(mu, sd^2) (``cap`` may be inf: runs never stopped)."""
-    if math.isinf(cap):
-        return math.exp(mu + sd * sd / 2.0)
-    lc = math.log(cap)
-    return math.exp(mu + sd * sd / 2.0) * _phi((lc - mu - sd * sd) / sd) + cap * (1.0 - _phi((lc - mu) / sd))
 
 
 class BatchSizeOptimizer:
@@ -302,8 +286,8 @@ class BatchSizeOptimizer:
         A run past ``beta`` x the best is stopped, charged, and followed by a retry at the best size.
         """
         cap = self.config.beta * best_cost
-        p_cut = 0.0 if math.isinf(cap) else 1.0 - _phi((math.log(cap) - mu) / run_sd)
-        return _lognormal_capped_mean(cap, mu, run_sd) + p_cut * best_cost - best_cost
+        p_cut = 0.0 if math.isinf(cap) else 1.0 - normal_cdf((math.log(cap) - mu) / run_sd)
+        return lognormal_capped_mean(cap, mu, run_sd) + p_cut * best_cost - best_cost
 
     def _value(self, beliefs: Sequence[tuple[float, float, float]], noise_sd: float, best_cost: float, *,
                left: int, extra: float = 0.0) -> tuple[float, int]:
@@ -322,7 +306,7 @@ class BatchSizeOptimizer:
         best_v, best_m = -math.inf, 1
         m = 1
         while m < left:
-            put = sum(w * _lognormal_put(best_cost, mu, max(sd**2 / math.sqrt(sd**2 + noise_sd**2 / m), 1e-9))
+            put = sum(w * lognormal_put(best_cost, mu, max(sd**2 / math.sqrt(sd**2 + noise_sd**2 / m), 1e-9))
                       for w, mu, sd in beliefs)
             v = (left - m) * put - m * one_run
             if v > best_v:

@@ -1,6 +1,6 @@
 """Run the mode's clock plan inside the training process, swap it when the mode changes, and say so.
 
-The job's half of clock plans (gridshift's half: :mod:`scheduler.clock_plans`). gridshift names the
+The job's half of clock plans (gridshift's half: :mod:`scheduler.settings.clock_plans`). gridshift names the
 starting mode's plan in ``GRIDSHIFT_CLOCK_PLAN`` and each later mode's in the mode file
 (``GRIDSHIFT_MODE_FILE``); :class:`ClockPlanRunner` runs it with
 :class:`plans.dvfs.executor.PlanExecutor`, looks at the mode file at step boundaries (at most every

@@ -1,15 +1,18 @@
-"""scheduler: policy files, decisions (mode + start time), the ledger, and the scheduling service.
+"""scheduler: decides. Rooms: ``policy/`` (the policy file), ``planner/`` (the plan, its inputs, the
+threshold decider), ``settings/`` (what a backend or job applies), ``store/`` (SQLite files), ``service/``
+(``gridshift serve``, placement across sites); ``report`` (RunReport) and ``errors`` at the top.
 
 Imports carbon, backends and plans; never flows.
 """
 
-from scheduler.decide import Decision, ModeState, classify, decide, percentile_rank
+from scheduler.planner.thresholds import Decision, ModeState, classify, decide, percentile_rank
 from scheduler.errors import LedgerError, PolicyError, SchedulerError
-from scheduler.ledger import Ledger, gridshift_home
-from scheduler.modes import resolve_settings
-from scheduler.policy import (AbsoluteRule, BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Objective, PlanRule, Policy,
+from scheduler.store.ledger import Ledger, gridshift_home
+from scheduler.settings.resolve import resolve_settings
+from scheduler.policy.types import (AbsoluteRule, BackendConfig, CarbonConfig, CarbonSource, JobSpec, Mode, Objective, PlanRule, Policy,
                               RelativeRule)
-from scheduler.policy_io import load_policy, parse_policy, policy_json_schema
+from scheduler.policy.loader import load_policy, parse_policy
+from scheduler.policy.schema import policy_json_schema
 from scheduler.report import ModeSpan, RunReport, joules_to_grams
 
 __all__ = [

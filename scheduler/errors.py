@@ -19,7 +19,7 @@ class SchedulerError(Exception):
 class PolicyError(SchedulerError):
     """An invalid policy file. ``str(err)`` is one line: ``file:line:col: path: message``, the first
     error, with ``[and N more error(s)]`` when there are more. ``issues`` holds every error listed
-    (each a ``scheduler.policy_io.PolicyIssue``; ``hidden`` counts those past the listing limit);
+    (each a ``scheduler.policy.loader.PolicyIssue``; ``hidden`` counts those past the listing limit);
     :meth:`lines` gives one line per error, for ``policy check`` and ``run``."""
 
     def __init__(self, message: str, *, path: str = "", line: int = 0, column: int = 0, more: int = 0,

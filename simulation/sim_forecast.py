@@ -4,12 +4,12 @@ A :class:`GridForecaster` answers "standing at grid index ``i``, what do you exp
 ``n`` values?" using only what it is allowed to know:
 
 - :class:`DailyProfileForecaster` (the default): past data only, through the flow's own forecaster
-  :func:`carbon.forecast.daily_profile` on the trace's grid (one forecaster for flow and simulator);
+  :func:`carbon.forecasts.builtin.daily_profile` on the trace's grid (one forecaster for flow and simulator);
 - :class:`IssuedForecaster`: an archive of forecasts as issued: at each decision the newest
   forecast issued at or before it (``simulate --forecast-file --forecast issued``);
 - :class:`FusedForecaster` (``simulate --forecast-file``): the archive, the history forecast and the
-  latest observation fused by :mod:`carbon.fusion` on the nights before each decision, with the
-  do-no-harm start gate (:func:`carbon.skill.trusts_start`) that :func:`simulation.simulate.simulate`
+  latest observation fused by :mod:`carbon.forecasts.fusion` on the nights before each decision, with the
+  do-no-harm start gate (:func:`carbon.forecasts.skill.trusts_start`) that :func:`simulation.simulate.simulate`
   asks before choosing a start;
 - :class:`NoisyTraceForecaster`: the real future plus autocorrelated multiplicative noise of
   relative size ``error``, for "what if my provider's forecast is X % off";
@@ -24,10 +24,10 @@ from typing import Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-from carbon.forecast import FIT_DAYS, PROFILE_DAYS, daily_profile
-from carbon.fusion import FusionFit, Hindcast, apply_fusion, fit_fusion
-from carbon.issued import IssuedForecasts
-from carbon.skill import MIN_NIGHTS, ForecastSkill, Night, StartWindow, night_scores, start_gain_share, trusts_start
+from carbon.forecasts.builtin import FIT_DAYS, PROFILE_DAYS, daily_profile
+from carbon.forecasts.fusion import FusionFit, Hindcast, apply_fusion, fit_fusion
+from carbon.forecasts.issued import IssuedForecasts
+from carbon.forecasts.skill import MIN_NIGHTS, ForecastSkill, Night, StartWindow, night_scores, start_gain_share, trusts_start
 
 __all__ = ["GridForecaster", "DailyProfileForecaster", "FusedForecaster", "IssuedForecaster", "NoisyTraceForecaster",
            "PerfectForecaster", "StartGate"]
@@ -80,7 +80,7 @@ class NoisyTraceForecaster:
 
 
 class DailyProfileForecaster:
-    """:func:`carbon.forecast.daily_profile` on the simulator's grid: past data only."""
+    """:func:`carbon.forecasts.builtin.daily_profile` on the simulator's grid: past data only."""
 
     def __init__(self, *, step_s: float, days: int = PROFILE_DAYS, fit_days: int = FIT_DAYS) -> None:
         self.per_day = max(int(round(86400.0 / step_s)), 1)
@@ -143,7 +143,7 @@ class StartGate(Protocol):
 
 
 class FusedForecaster:
-    """:func:`carbon.fusion.apply_fusion` of several inputs, fitted at each decision on the nights before it.
+    """:func:`carbon.forecasts.fusion.apply_fusion` of several inputs, fitted at each decision on the nights before it.
 
     ``inputs`` maps a name to ``f(values, now_index, n)``: what that input said at ``now_index`` for
     indices ``now_index .. + n - 1`` (its own value for now included; NaN where it said nothing).
@@ -229,7 +229,7 @@ class FusedForecaster:
                              trusted_start=self.trusts_start(values, now_index, window))
 
     def trusts_start(self, values: np.ndarray, now_index: int, window: StartWindow) -> bool:
-        """Do no harm: :func:`carbon.skill.trusts_start` on the fused forecast's record before ``now_index``."""
+        """Do no harm: :func:`carbon.forecasts.skill.trusts_start` on the fused forecast's record before ``now_index``."""
         share, nights = self.start_record(values, now_index, window)
         return trusts_start(share, nights, min_nights=self.min_nights)
 

@@ -7,7 +7,7 @@ For every cron occurrence whose whole window lies inside the trace, each strateg
 - **static_efficiency**: nominal start, the mode with the least energy per unit of work that meets
   the deadline: what a user picks with no carbon data at all;
 - **best_static**: one mode and one start, the best pair with perfect foresight;
-- **threshold**: the old rule (:func:`scheduler.decide.decide`: start from ``best_start_over_modes``
+- **threshold**: the old rule (:func:`scheduler.planner.thresholds.decide`: start from ``best_start_over_modes``
   on the forecast, then percentile thresholds every interval), with the policy's clean/dirty modes;
 - **gridshift**: the planner (:func:`scheduler.planner.plan_slots`, the flow's code) where the
   product calls it: once at the earliest start to choose the start (the deployment's planning run),
@@ -34,14 +34,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.cron import cron_occurrences
-from scheduler.decide import ModeState, decide
+from scheduler.policy.cron import cron_occurrences
+from scheduler.planner.thresholds import ModeState, decide
 from scheduler.errors import PolicyError
-from scheduler.mode_figures import DECLARED
+from scheduler.planner.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, plan_slots
-from scheduler.planning import plan_constraints
-from scheduler.policy import PlanRule, Policy, RelativeRule
-from scheduler.shifting import best_start_over_modes
+from scheduler.planner.inputs import plan_constraints
+from scheduler.policy.types import PlanRule, Policy, RelativeRule
+from scheduler.planner.shifting import best_start_over_modes
 from simulation.sim_forecast import GridForecaster, StartGate, start_window
 
 __all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "nominal_starts", "simulate", "resample"]
@@ -151,7 +151,7 @@ class SimulationResult:
 
 
 def _figures_kind(modes: Sequence[ModeFigures]) -> str:
-    """measured, declared (typed by hand, :data:`scheduler.mode_figures.DECLARED`) or modelled."""
+    """measured, declared (typed by hand, :data:`scheduler.planner.mode_figures.DECLARED`) or modelled."""
     if all(m.measured for m in modes):
         return "measured"
     return DECLARED if any(m.source.startswith(DECLARED) for m in modes) else "modelled"
@@ -339,7 +339,7 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
     """The planner at the moments the product asks it (see the module docstring).
 
     As a deployment does it: one plan at the earliest start chooses the start (the cron's planning
-    run, :func:`scheduler.planning.plan_start`); from the start on, the running flow re-plans every
+    run, :func:`scheduler.planner.inputs.plan_start`); from the start on, the running flow re-plans every
     ``interval_s`` with a fresh forecast, the work left and the running mode. A pausable job that the
     plan pauses waits, without re-planning, for the plan's next window, where its next flow run plans again.
     """

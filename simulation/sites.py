@@ -12,7 +12,7 @@ Across sites:
 
 - **where-only**: at the nominal time, the site whose *forecast* is cleanest for a reference-mode run
   starting then (the forecast a user would have had), charged on the real trace;
-- **where+when**: at the window's opening, :func:`scheduler.placement.place_run` (the product's
+- **where+when**: at the window's opening, :func:`scheduler.service.placement.place_run` (the product's
   placement: the planner at every site on the forecast issued then) picks the site; the run there
   is that site's when-only run;
 - **where+when oracle**: the best site's oracle per occurrence (perfect foresight, both levers): a
@@ -34,10 +34,10 @@ import numpy as np
 
 from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.errors import PolicyError
-from scheduler.placement import modes_at_site, place_run
+from scheduler.service.placement import modes_at_site, place_run
 from scheduler.planner import ModeFigures
-from scheduler.policy import Policy
-from carbon.forecast import FORECAST_HISTORY
+from scheduler.policy.types import Policy
+from carbon.forecasts.builtin import FORECAST_HISTORY
 from simulation.sim_forecast import DailyProfileForecaster, GridForecaster, PerfectForecaster
 from simulation.simulate import SimulationResult, resample, simulate
 

@@ -53,7 +53,7 @@ def prefect_harness(prefect_server):
     import prefect.context
     from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    from flows.prefect_server import drain_prefect_workers
+    from flows.run.prefect_server import drain_prefect_workers
 
     with temporary_settings({PREFECT_API_URL: prefect_server.url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):

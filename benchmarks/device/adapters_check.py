@@ -61,8 +61,8 @@ class _ApplyLog:
 def _callback(backend: Any, caps: Any, store_dir: Path, fingerprint: str, args: argparse.Namespace) -> Any:
     from plans.callbacks import PowerLimitCallback
     from plans.profile_store import ProfileStore
-    from scheduler.auto_power import auto_power_limit_profiler
-    from scheduler.policy import Mode
+    from scheduler.settings.auto_power import auto_power_limit_profiler
+    from scheduler.policy.types import Mode
 
     mode = Mode(power_limit_select="zeus_cost", eta=0.5)
     profiler = auto_power_limit_profiler(mode, caps, step_w=args.step_w, warmup_steps=args.warmup_steps,
@@ -77,7 +77,7 @@ def _callback(backend: Any, caps: Any, store_dir: Path, fingerprint: str, args: 
 def _report(name: str, cb: Any, mode: Any, model: str, caps: Any, store_dir: Path, apply_log: _ApplyLog,
             backend: Any, wall_s: float, steps: int) -> dict[str, Any]:
     from plans.profile_store import ProfileStore
-    from scheduler.auto_power import choose_power_limit
+    from scheduler.settings.auto_power import choose_power_limit
 
     stored = ProfileStore(store_dir).load(model, cb.fingerprint)
     choice = choose_power_limit(mode, caps, stored, None) if stored is not None else None

@@ -69,8 +69,8 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _layer import build_layer_step
 
-    from plans.dvfs.capture import capture_steps
-    from plans.dvfs.profile import ProfileMeta, save_profile, workload_fingerprint
+    from plans.dvfs.profiles.capture import capture_steps
+    from plans.dvfs.profiles.kernel_profile import ProfileMeta, save_profile, workload_fingerprint
 
     t_start = time.monotonic()
     step, shape, _ = build_layer_step(torch)

@@ -7,8 +7,10 @@ Answers with status 429 or 5xx are retried with exponential backoff, honouring `
 the wait goes through an injected ``sleep`` so tests never wait. Everything that goes wrong leaves
 this module as a :class:`carbon.errors.CarbonError`, picked from two tables:
 
-* :data:`STATUS_ERRORS`: HTTP status -> error class (a provider may override single statuses);
-* :data:`EXCEPTION_ERRORS`: httpx exception class -> error class (the most derived match wins).
+* :data:`carbon.providers._error_map.STATUS_ERRORS`: HTTP status -> error class (a provider may
+  override single statuses);
+* :data:`carbon.providers._error_map.EXCEPTION_ERRORS`: httpx exception class -> error class (the
+  most derived match wins).
 
 Secrets are held as pydantic ``SecretStr`` and only unwrapped when a header is built; they never
 appear in URLs, log lines or error messages.
@@ -17,7 +19,6 @@ appear in URLs, log lines or error messages.
 from __future__ import annotations
 
 import email.utils
-import json
 import logging
 import os
 import time
@@ -28,26 +29,16 @@ from typing import Any, Callable, Mapping
 import httpx
 from pydantic import SecretStr
 
-from carbon.errors import (
-    AuthFailed,
-    BadResponse,
-    CarbonError,
-    NoCoverage,
-    ProviderUnreachable,
-    RateLimited,
-)
+from carbon.errors import AuthFailed, BadResponse, CarbonError, RateLimited
+from carbon.providers._error_map import error_for_exception, error_for_status
 from carbon.providers.base import Provider
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
-    "EXCEPTION_ERRORS",
     "RETRY_STATUSES",
-    "STATUS_ERRORS",
     "JsonApi",
     "RetryPolicy",
     "HttpProvider",
-    "error_for_exception",
-    "error_for_status",
     "number",
     "parse_retry_after_s",
     "parse_time",
@@ -62,75 +53,6 @@ DEFAULT_TIMEOUT_S = 10.0
 
 #: statuses worth another try after a pause
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-#: HTTP status -> error class. Statuses not listed fall back by class (4xx BadResponse, 5xx BadResponse).
-STATUS_ERRORS: dict[int, type[CarbonError]] = {
-    204: NoCoverage,  # "no data" (Carbon Aware SDK)
-    400: BadResponse,  # providers that mean "unknown zone" by 400 override this
-    401: AuthFailed,
-    403: AuthFailed,
-    404: NoCoverage,
-    422: BadResponse,
-    429: RateLimited,
-    500: BadResponse,
-    501: NoCoverage,  # Carbon Aware SDK: the data source has no forecasts
-    502: ProviderUnreachable,  # a gateway in front of the provider could not reach it
-    503: ProviderUnreachable,
-    504: ProviderUnreachable,
-}
-
-#: httpx exception class -> error class; :func:`error_for_exception` picks the most derived match.
-#: tests/carbon/test_http.py fails when httpx grows an exception class that is not listed here.
-EXCEPTION_ERRORS: dict[type[Exception], type[CarbonError]] = {
-    httpx.HTTPError: BadResponse,
-    httpx.RequestError: ProviderUnreachable,
-    httpx.TransportError: ProviderUnreachable,
-    httpx.TimeoutException: ProviderUnreachable,
-    httpx.ConnectTimeout: ProviderUnreachable,
-    httpx.ReadTimeout: ProviderUnreachable,
-    httpx.WriteTimeout: ProviderUnreachable,
-    httpx.PoolTimeout: ProviderUnreachable,
-    httpx.NetworkError: ProviderUnreachable,
-    httpx.ConnectError: ProviderUnreachable,
-    httpx.ReadError: ProviderUnreachable,
-    httpx.WriteError: ProviderUnreachable,
-    httpx.CloseError: ProviderUnreachable,
-    httpx.ProxyError: ProviderUnreachable,
-    httpx.UnsupportedProtocol: ProviderUnreachable,  # a base_url without http(s)://
-    httpx.ProtocolError: BadResponse,
-    httpx.LocalProtocolError: BadResponse,
-    httpx.RemoteProtocolError: BadResponse,  # the server hung up mid-answer
-    httpx.DecodingError: BadResponse,
-    httpx.TooManyRedirects: BadResponse,
-    httpx.HTTPStatusError: BadResponse,
-    httpx.InvalidURL: ProviderUnreachable,
-    # programming errors in how a body is read; they still must not escape as tracebacks
-    httpx.StreamError: BadResponse,
-    httpx.StreamConsumed: BadResponse,
-    httpx.StreamClosed: BadResponse,
-    httpx.ResponseNotRead: BadResponse,
-    httpx.RequestNotRead: BadResponse,
-    httpx.CookieConflict: BadResponse,
-    json.JSONDecodeError: BadResponse,
-}
-
-
-def error_for_status(status: int, overrides: Mapping[int, type[CarbonError]] | None = None) -> type[CarbonError]:
-    """The error class for an HTTP ``status`` (provider ``overrides`` first, then the shared table)."""
-    if overrides and status in overrides:
-        return overrides[status]
-    if status in STATUS_ERRORS:
-        return STATUS_ERRORS[status]
-    return BadResponse
-
-
-def error_for_exception(exc: BaseException) -> type[CarbonError]:
-    """The error class for a foreign exception: the entry for its most derived listed base class."""
-    for cls in type(exc).__mro__:
-        if cls in EXCEPTION_ERRORS:
-            return EXCEPTION_ERRORS[cls]
-    return BadResponse
-
 
 def parse_retry_after_s(value: str | None, *, now: datetime | None = None) -> float | None:
     """``Retry-After`` as seconds: either delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""

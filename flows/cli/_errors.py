@@ -74,7 +74,7 @@ def exit_code_for_type(cls: type[BaseException]) -> int:
     from backends.errors import BackendError, UnknownBackend
     from carbon.errors import BadTrace, CarbonError, UnknownZone
     from carbon.providers.registry import UnknownProvider
-    from flows.preflight import BadRunInput, EnvironmentNotReady
+    from flows.run.preflight import BadRunInput, EnvironmentNotReady
     from plans.dvfs.errors import PlanFileError, PlanInputError, ProfileError
     from plans.errors import BadProfile, BadTraceFile
     from scheduler.errors import LedgerError, PolicyError

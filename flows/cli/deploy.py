@@ -26,7 +26,7 @@ def deploy(
     import os
 
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     try:
         load_policy(policy)
@@ -41,7 +41,7 @@ def deploy(
     import contextlib
     import sys
 
-    from flows.deploy import deploy_policy
+    from flows.deployments.deploy import deploy_policy
 
     notes: list[str] = []
 
@@ -84,7 +84,7 @@ def submit(
     import sys
 
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     try:
         loaded = load_policy(policy)
@@ -131,11 +131,11 @@ def serve(
     Needs a Prefect server (PREFECT_API_URL) with the deployments (`gridshift deploy POLICY --no-schedule`).
     A run whose trigger fails is retried with backoff until its latest start, then recorded as missed.
     """
-    from flows.serving import PrefectNotReady, check_prefect, prefect_api_url, quiet_prefect_environment
+    from flows.deployments.serving import PrefectNotReady, check_prefect, prefect_api_url, quiet_prefect_environment
 
     quiet_prefect_environment()  # before Prefect is imported: no ephemeral server, no telemetry
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     try:
         loaded = [(p, load_policy(p)) for p in policies]
@@ -153,8 +153,8 @@ def serve(
     except PrefectNotReady as exc:
         raise fail(exc, EXIT_ENV) from None
 
-    from flows.deploy import trigger_deployment
-    from scheduler.service import PlanningService, default_store_path
+    from flows.deployments.deploy import trigger_deployment
+    from scheduler.service.serve import PlanningService, default_store_path
 
     store = db or default_store_path()
     service = PlanningService(db_path=store, plan=serve_plan(loaded, targets), trigger=trigger_deployment,
@@ -186,8 +186,8 @@ def serve_plan(loaded: list[tuple[Path, Any]], targets: list[str], monitors: lis
     from dataclasses import replace
 
     from flows.sources import monitor_for
-    from scheduler.planning import plan_runs
-    from scheduler.service import PlannedRun, latest_start
+    from scheduler.planner.inputs import plan_runs
+    from scheduler.service.serve import PlannedRun, latest_start
 
     if monitors is None:
         monitors = [monitor_for(pol) for _, pol in loaded]

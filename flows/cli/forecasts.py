@@ -23,9 +23,9 @@ def forecasts(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Per provider and lead: bias and MAPE; per past night: rank correlation and the start gain it captured."""
-    from carbon.archive import ForecastArchive
-    from carbon.scorecard import scorecard
-    from carbon.skill import StartWindow
+    from carbon.forecasts.archive import ForecastArchive
+    from carbon.forecasts.scorecard import scorecard
+    from carbon.forecasts.skill import StartWindow
     from flows.sources import forecast_archive_path
 
     path = forecast_archive_path()

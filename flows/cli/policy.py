@@ -29,9 +29,9 @@ def check(
     """
     from datetime import datetime, timezone
 
-    from scheduler.cron import next_runs
+    from scheduler.policy.cron import next_runs
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     now = datetime.now(timezone.utc)
     results = []
@@ -66,6 +66,6 @@ def check(
 @policy_app.command("schema")
 def schema() -> None:
     """Print the JSON schema of policy files (for editors)."""
-    from scheduler.policy_io import policy_json_schema
+    from scheduler.policy.schema import policy_json_schema
 
     typer.echo(policy_json_schema())

@@ -39,13 +39,13 @@ def run_cmd(
     allow_clock_changes: Annotated[bool, typer.Option(
         "--allow-clock-changes", help="Permit --sweep-clocks on hardware you own. Never on a lent or shared GPU.")] = False,
 ) -> None:
-    """Run CMD with GRIDSHIFT_PROFILE_OUT=OUT; the script captures its step with plans.dvfs.capture.
+    """Run CMD with GRIDSHIFT_PROFILE_OUT=OUT; the script captures its step with plans.dvfs.profiles.capture.
 
-    With --sweep-clocks (and --allow-clock-changes) the script also gets GRIDSHIFT_SWEEP_CLOCKS and is expected to call plans.dvfs.capture.sweep_clocks with its backend's clock control.
+    With --sweep-clocks (and --allow-clock-changes) the script also gets GRIDSHIFT_SWEEP_CLOCKS and is expected to call plans.dvfs.profiles.capture.sweep_clocks with its backend's clock control.
     """  # noqa: E501 - one line per paragraph: the help renderer wraps it to the terminal
-    from flows.job import resolve_argv
+    from flows.job.process import resolve_argv
     from plans.dvfs.errors import ProfileError
-    from plans.dvfs.profile import load_profile
+    from plans.dvfs.profiles.kernel_profile import load_profile
 
     env = dict(os.environ, **{PROFILE_OUT_ENV: str(out.resolve())})
     if sweep_clocks is not None:
@@ -83,9 +83,9 @@ def convert_cmd(
     default_clock_mhz: Annotated[int, typer.Option(help="Clock the trace ran at (f0).")] = 1980,
 ) -> None:
     """Convert a torch.profiler trace (iterations wrapped in gridshift.iteration.<k>) to a profile."""
-    from plans.dvfs.capture import profile_from_trace
+    from plans.dvfs.profiles.capture import profile_from_trace
     from plans.dvfs.errors import ProfileError
-    from plans.dvfs.profile import ProfileMeta, save_profile, workload_fingerprint
+    from plans.dvfs.profiles.kernel_profile import ProfileMeta, save_profile, workload_fingerprint
 
     try:
         lo, hi, step = (int(x) for x in sm_clocks.split(":"))
@@ -113,7 +113,7 @@ def convert_cmd(
 def show_cmd(path: Annotated[Path, typer.Argument(help="Profile file.")]) -> None:
     """Summarise a profile: GPU, source, kernels, kernel time per phase."""
     from plans.dvfs.errors import ProfileError
-    from plans.dvfs.profile import load_profile
+    from plans.dvfs.profiles.kernel_profile import load_profile
 
     try:
         prof = load_profile(path)
@@ -144,7 +144,7 @@ def plan_cmd(
     from plans.dvfs.model import build_tables
     from plans.dvfs.plan_file import PlanParameters, plan_from_result, save_plan
     from plans.dvfs.planner import plan_dvfs
-    from plans.dvfs.profile import load_profile
+    from plans.dvfs.profiles.kernel_profile import load_profile
 
     if layers < 1 or epsilon < 0 or tau_sw_ms < 0:
         raise fail("--layers must be >= 1, --epsilon and --tau-sw-ms >= 0", EXIT_INPUT)

@@ -18,9 +18,9 @@ import typer
 
 from flows.cli import FINISHED_CLEANLY, app
 from flows.cli._errors import EXIT_ENV, EXIT_FAILED, EXIT_INPUT, echo, exit_code_for_type, fail
-from flows.cli._signals import StopSignals
-from flows.prefect_server import STOP_GRACE_S, PrefectServerError, TemporaryServer, configured_api_url, drain_prefect_workers
-from flows.run_ids import new_run_id
+from flows.run.signals import StopSignals
+from flows.run.prefect_server import STOP_GRACE_S, PrefectServerError, TemporaryServer, configured_api_url, drain_prefect_workers
+from flows.run.run_ids import new_run_id
 
 
 def _quiet_prefect_defaults() -> None:
@@ -121,7 +121,7 @@ def _prefect_api(log_path: Path | None, stop: StopSignals) -> Iterator[tuple[Tem
     and stopped when the block ends (at once after a second signal). Says which at once: this is the
     run's first line, and the next may be many seconds away (Prefect's import, the server's start)."""
     url = configured_api_url()
-    if url:  # checked already by preflight_run (flows.preflight.prefect_api_problem)
+    if url:  # checked already by preflight_run (flows.run.preflight.prefect_api_problem)
         echo(f"gridshift: using the Prefect server at {url}", err=True)
         try:
             yield None
@@ -190,9 +190,9 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also show Prefect's own log lines (always in the run's log file).")] = False,
 ) -> None:
     """Run the job under POLICY through a Prefect flow and report energy, time and carbon."""
-    from flows.preflight import PreflightError, preflight_run
-    from flows.run_logging import logs_dir, run_logging
-    from scheduler.clock_plans import load_clock_plans
+    from flows.run.preflight import PreflightError, preflight_run
+    from flows.run.run_logging import logs_dir, run_logging
+    from scheduler.settings.clock_plans import load_clock_plans
     from scheduler.errors import PolicyError
 
     try:
@@ -219,7 +219,7 @@ def run(
 
 def _run(policy: Path, command: list[str] | None, json_out: bool, backend: str | None, run_id: str,
          stop: StopSignals, temporary: tuple[TemporaryServer, "Future[float]"] | None, log_path: Path | None) -> None:
-    from scheduler.ledger import Ledger
+    from scheduler.store.ledger import Ledger
 
     from flows.training import carbon_aware_training, quiet_domain_tracebacks
 
@@ -289,7 +289,7 @@ def _missed_by_serve(*, job: str | None, limit: int | None) -> list[str]:
     """
     import sqlite3
 
-    from scheduler.service import ServeStore, default_store_path
+    from scheduler.service.serve import ServeStore, default_store_path
 
     store = default_store_path()
     if not store.is_file():
@@ -313,13 +313,13 @@ def runs(
                                         "from the run artifacts on the Prefect server at PREFECT_API_URL).")] = "ledger",
 ) -> None:
     """List recorded runs (newest first) from the ledger, or from the Prefect API (`--from prefect`)."""
-    from scheduler.ledger import Ledger
+    from scheduler.store.ledger import Ledger
 
     limit_or_all = limit or None  # 0 is "no limit", not "none": an empty list would read as "no runs recorded"
     if source not in ("ledger", "prefect"):
         raise fail(f"--from: expected 'ledger' or 'prefect', got {source!r}", EXIT_INPUT)
     if source == "prefect":
-        from flows.fleet_runs import runs_from_prefect
+        from flows.deployments.fleet_runs import runs_from_prefect
 
         try:
             rows = runs_from_prefect(job=job, limit=limit_or_all)

@@ -24,7 +24,7 @@ _LABELS = {
 
 
 def _human(s: dict[str, Any], trace: str) -> str:
-    from flows.cli._units import energy_unit, figure, mass_unit
+    from simulation.human_units import energy_unit, figure, mass_unit
 
     label = f"from {s['figures_kind']} mode figures"
     # one unit per column, fitted to the baseline: a short job is grams and kilojoules, a year tonnes
@@ -129,9 +129,9 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     from carbon.errors import BadTrace
     from carbon.trace_file import read_trace
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
-    from carbon.issued import read_issued_forecasts
-    from scheduler.mode_figures import figures_for_policy
+    from scheduler.policy.loader import load_policy
+    from carbon.forecasts.issued import read_issued_forecasts
+    from scheduler.planner.mode_figures import figures_for_policy
     from simulation.sim_forecast import DailyProfileForecaster, FusedForecaster, IssuedForecaster, NoisyTraceForecaster
     from simulation.simulate import resample, simulate
 

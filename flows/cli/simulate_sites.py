@@ -15,7 +15,7 @@ from flows.cli._errors import EXIT_INPUT, fail
 
 
 def _human(s: dict[str, Any]) -> str:
-    from flows.cli._units import figure, mass_unit
+    from simulation.human_units import figure, mass_unit
 
     unit, scale = mass_unit(s["fixed_g"])
     rows = [("fixed (home site, nominal start, reference mode)", s["fixed_g"]),
@@ -56,10 +56,10 @@ def run_sites(*, policy: Path, site: list[str], column: str | None, limit: int |
     """``simulate-sites`` (also ``simulate --site``): print the comparison, or exit 2 with one line."""
     from backends.simulated import SimulatedBackend
     from carbon.errors import BadTrace
-    from scheduler.mode_figures import figures_for_policy
+    from scheduler.planner.mode_figures import figures_for_policy
     from carbon.trace_file import read_trace
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
     from simulation.sites import compare_sites
 
     began = time.perf_counter()

@@ -1,15 +1,16 @@
 """Kernel-level DVFS plans: profiles, a per-kernel GPU model, a planner with switch costs, plan files, an executor.
 
 Pure planning (no NVML, no clock) except :mod:`plans.dvfs.executor` (a worker thread that calls a
-backend) and :mod:`plans.dvfs.capture` (torch.profiler, imported lazily). See ``docs/dvfs.md``.
+backend) and :mod:`plans.dvfs.profiles.capture` (torch.profiler, imported lazily). See ``docs/dvfs.md``.
 """
 
 from plans.dvfs.errors import DvfsError, ExecutorError, PlanFileError, PlanInputError, ProfileError
 from plans.dvfs.executor import ClockControl, DryRunControl, PlanExecutor, attach_to_modules
 from plans.dvfs.model import KernelTables, ModelParams, build_tables
 from plans.dvfs.plan_file import ClockPlan, PlanParameters, load_plan, plan_from_result, save_plan
-from plans.dvfs.planner import evaluate_assignment, plan_dvfs
-from plans.dvfs.profile import KernelProfile, load_profile, save_profile
+from plans.dvfs._search import evaluate_assignment
+from plans.dvfs.planner import plan_dvfs
+from plans.dvfs.profiles.kernel_profile import KernelProfile, load_profile, save_profile
 from plans.dvfs.result import PlanResult, PlannedSegment
 
 __all__ = [

@@ -34,7 +34,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 
 from plans.dvfs.errors import PlanInputError
-from plans.dvfs.profile import KernelProfile, KernelRecord
+from plans.dvfs.profiles.kernel_profile import KernelProfile, KernelRecord
 
 __all__ = ["ModelParams", "KernelClass", "KernelTables", "classify_kernel", "build_tables", "H200_PRIORS"]
 
@@ -282,7 +282,7 @@ def build_tables(
         options are then all (SM, memory) pairs. Data-centre parts keep the default memory clock.
     measured:
         ``{kernel: {sm_clock_mhz: (duration_s, power_w | None)}}`` from a clock sweep on hardware
-        where sweeping is allowed (:func:`plans.dvfs.capture.sweep_clocks`); a key is the kernel's
+        where sweeping is allowed (:func:`plans.dvfs.profiles.capture.sweep_clocks`); a key is the kernel's
         index within the iteration (int) or its name (str, every kernel of that name). Matching
         cells replace the model. A cell is marked measured only when its power was measured too;
         a measured duration with modelled power stays ``modelled``.

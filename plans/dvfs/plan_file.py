@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from plans.dvfs._versioned_json import load_versioned
 from plans.dvfs.errors import PlanFileError
 from plans.dvfs.model import KernelTables
-from plans.dvfs.profile import KernelProfile
+from plans.dvfs.profiles.kernel_profile import KernelProfile
 from plans.dvfs.result import PlanResult
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PlanParameters", "PlanSegment", "Prediction", "ClockPlan",

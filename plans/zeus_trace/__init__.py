@@ -5,7 +5,7 @@ from plans.zeus_trace.bench import PairResult, bench_pairs, bench_traces, load_r
 from plans.zeus_trace.synthetic import SHAPES, SyntheticShape, synthetic_trace
 from plans.zeus_trace.gridshift_policy import GridshiftPolicy
 from plans.zeus_trace.simulator import JobInfo, RunEntry, RunObservation, SimResult, charge_run, simulate, zeus_cost
-from plans.zeus_trace.trace import JOBS, JobDef, TraceJob, load_trace_job
+from plans.zeus_trace.job_table import JOBS, JobDef, TraceJob, load_trace_job
 from plans.zeus_trace.zeus_replica import ZeusReplica, jit_power_limit
 
 __all__ = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from plans.zeus_trace.trace import TraceJob
+from plans.zeus_trace.job_table import TraceJob
 
 __all__ = ["expected_epochs", "expected_cost", "oracle", "default_cost"]
 

@@ -27,7 +27,7 @@ from plans.errors import BadTraceFile
 from plans.zeus_trace.baselines import default_cost, oracle
 from plans.zeus_trace.gridshift_policy import GridshiftPolicy
 from plans.zeus_trace.simulator import JobInfo, SimResult, simulate
-from plans.zeus_trace.trace import JOBS, TraceJob, load_trace_job
+from plans.zeus_trace.job_table import JOBS, TraceJob, load_trace_job
 from plans.zeus_trace.zeus_replica import ZeusReplica
 
 __all__ = ["PairResult", "run_pair", "bench_pairs", "bench_traces", "load_reference", "trace_workloads", "summarise"]

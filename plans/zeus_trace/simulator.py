@@ -25,7 +25,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from plans.errors import SimulationAborted
-from plans.zeus_trace.trace import TraceJob
+from plans.zeus_trace.job_table import TraceJob
 
 __all__ = [
     "JobInfo",

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from plans.zeus_trace.trace import JobDef, TraceJob
+from plans.zeus_trace.job_table import JobDef, TraceJob
 
 __all__ = ["SHAPES", "SyntheticShape", "synthetic_trace"]
 

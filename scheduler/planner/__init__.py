@@ -161,7 +161,6 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
                   quantum_s=choose_quantum(speed, slot, job.work_s, max_rounding=constraints.max_rounding))
     margin_dropped = False
     sp = solve_slots(intensity, power, speed, deadline_slots=horizon(constraints.deadline_margin_s), **common)  # type: ignore[arg-type]
-    kept_reference = False
     if sp.feasible and constraints.min_gain > 0 and job.reference_start is not None and running is None:
         # a forecast's best start is its most optimistic one (the optimiser's curse): leave the reference
         # start only when the forecast gain is larger than the forecast can be trusted for
@@ -169,7 +168,7 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
         fixed = solve_slots(intensity, power, speed, deadline_slots=horizon(constraints.deadline_margin_s),
                             **{**common, "first_start": ref}, last_start=ref)  # type: ignore[arg-type]
         if fixed.feasible and sp.objective > fixed.objective * (1.0 - constraints.min_gain):
-            sp, kept_reference = fixed, True
+            sp = fixed
     if not sp.feasible and constraints.deadline_margin_s > 0:
         sp = solve_slots(intensity, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
         margin_dropped = sp.feasible

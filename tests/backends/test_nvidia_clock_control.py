@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from backends.nvidia.backend import SM_LOCK
+from backends.nvidia.control import SM_LOCK
 from backends.types import Settings
 from plans.dvfs.executor import ClockControl, PlanExecutor
 from plans.dvfs.plan_file import ClockPlan
@@ -128,7 +128,7 @@ def _parent_and_child(tmp_path: Path, *, delegate: bool = True) -> tuple[Any, An
     import socket
 
     from backends.journal import Journal, Owner, _boot_id
-    from backends.nvidia.backend import DELEGATE_ENV
+    from backends.nvidia.control import DELEGATE_ENV
 
     flow_journal = Journal(tmp_path / "journal", owner=lambda: Owner(os.getppid(), None, socket.gethostname(), _boot_id()))
     parent, fake, clock = make_backend(tmp_path, journal=flow_journal)
@@ -298,7 +298,7 @@ class ReleasingNvml(FakeNvml):
 
 def test_a_delegation_released_during_the_write_is_undone(tmp_path: Path) -> None:
     from backends.journal import Journal
-    from backends.nvidia.backend import DELEGATE_ENV
+    from backends.nvidia.control import DELEGATE_ENV
 
     fake = ReleasingNvml()
     parent, _, clock = make_backend(tmp_path, fake=fake)

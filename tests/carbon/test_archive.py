@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from carbon.archive import ForecastArchive
+from carbon.forecasts.archive import ForecastArchive
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.base import Provider
 from carbon.series import IntensityPoint, IntensitySeries
@@ -109,8 +109,8 @@ def test_the_monitor_archives_every_forecast_and_fuses_on_the_record() -> None:
 
 
 def test_the_forecasts_command_scores_what_the_monitor_archived(capsys) -> None:
-    from carbon.scorecard import scorecard
-    from carbon.skill import StartWindow
+    from carbon.forecasts.scorecard import scorecard
+    from carbon.forecasts.skill import StartWindow
     from flows.cli import app
     from flows.cli._errors import run_guarded
     from flows.sources import forecast_archive_path
@@ -142,8 +142,8 @@ class Backwards(Forecasting):
 
 
 def test_the_gate_closes_on_a_record_without_gain_and_stays_open_on_a_good_one() -> None:
-    from carbon.scorecard import scorecard
-    from carbon.skill import StartWindow, trusts_start
+    from carbon.forecasts.scorecard import scorecard
+    from carbon.forecasts.skill import StartWindow, trusts_start
 
     window = StartWindow(reference=4, starts=tuple(range(9)), length=3)
     for provider, trusted in ((Backwards, False), (Forecasting, True)):

@@ -103,7 +103,7 @@ def test_old_label_only_files_still_load_for_sources_without_options(tmp_path: P
 
 def test_policy_sources_carry_their_options_into_the_cache_key(tmp_path: Path) -> None:
     from flows.sources import monitor_for
-    from scheduler.policy_io import parse_policy
+    from scheduler.policy.loader import parse_policy
 
     trace = _trace(tmp_path / "a.csv", 100.0)
     examples = Path(__file__).resolve().parents[2] / "examples"

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from carbon.errors import NoCoverage
-from carbon.forecast import (
+from carbon.forecasts.builtin import (
     daily_profile,
     forecast_series,
     hourly_means,
@@ -125,7 +125,7 @@ def test_daily_profile_with_short_history_is_persistence_then_a_kept_offset() ->
 @pytest.mark.parametrize(("n", "gaps"), [(10 * 24, False), (10 * 24, True), (10 * 24 + 7, False)])
 def test_same_time_means_agrees_with_the_definition(n: int, gaps: bool) -> None:
     # the whole-days shortcut (gap-free, whole days) and the general path both give the plain mean
-    from carbon.forecast import _same_time_means
+    from carbon.forecasts.builtin import _same_time_means
 
     rng = np.random.default_rng(n + gaps)
     past = rng.normal(300.0, 50.0, size=n)

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from carbon.fusion import IN_SAMPLE_TOLERANCE, Hindcast, apply_fusion, corrected_inputs, fit_fusion
-from carbon.skill import ForecastSkill, Night, StartWindow, rank_correlation, start_gain, start_gain_share
+from carbon.forecasts.fusion import IN_SAMPLE_TOLERANCE, Hindcast, apply_fusion, corrected_inputs, fit_fusion
+from carbon.forecasts.skill import ForecastSkill, Night, StartWindow, rank_correlation, start_gain, start_gain_share
 
 L = 8
 finite = st.floats(min_value=0.0, max_value=1000.0, allow_nan=False)

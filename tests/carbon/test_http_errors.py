@@ -17,15 +17,8 @@ from carbon.errors import (
     ProviderUnreachable,
     RateLimited,
 )
-from carbon.providers._http import (
-    EXCEPTION_ERRORS,
-    STATUS_ERRORS,
-    JsonApi,
-    RetryPolicy,
-    error_for_exception,
-    error_for_status,
-    parse_retry_after_s,
-)
+from carbon.providers._error_map import EXCEPTION_ERRORS, STATUS_ERRORS, error_for_exception, error_for_status
+from carbon.providers._http import JsonApi, RetryPolicy, parse_retry_after_s
 
 
 def _subclasses(cls: type) -> set[type]:

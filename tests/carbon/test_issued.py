@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from carbon.errors import BadTrace
-from carbon.issued import read_issued_forecasts
+from carbon.forecasts.issued import read_issued_forecasts
 
 T = datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flows.sources import monitor_for
-from scheduler.policy_io import load_policy
+from scheduler.policy.loader import load_policy
 
 POLICY = """
 schema_version: 1

@@ -1,6 +1,6 @@
 """Test doubles for what `gridshift serve` asks of Prefect.
 
-``FakeDeployments.trigger`` behaves like ``flows.deploy.trigger_deployment`` against a server that
+``FakeDeployments.trigger`` behaves like ``flows.deployments.deploy.trigger_deployment`` against a server that
 honours idempotency keys: the first call with a key creates a flow run, a later one returns the same
 run. It can be told to fail (``down``, ``fail_next``, a random ``failure_rate``) before creating the
 run, or after it (``lose_answer_rate``: the run exists but the caller sees an error, as when the

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.artifacts import artifact_key, report_from_markdown, report_markdown
-from flows.deploy import check_source, source_problem
+from flows.run.artifacts import artifact_key, report_from_markdown, report_markdown
+from flows.deployments.deploy import check_source, source_problem
 from scheduler.errors import PolicyError
-from scheduler.policy_io import load_policy
-from scheduler.sites import policy_at_site
+from scheduler.policy.loader import load_policy
+from scheduler.policy.sites import policy_at_site
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,10 +75,10 @@ def test_the_source_is_checked_when_deploying(tmp_path: Path, monkeypatch: pytes
 def test_prefect_yaml_resolves_the_checkout_at_deploy_time() -> None:
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
     (step,) = spec["build"]
-    assert step["flows.deploy.check_source"]["id"] == "source"
+    assert step["flows.deployments.deploy.check_source"]["id"] == "source"
     (dep,) = spec["deployments"]
     # one deployment name for both routes: gridshift deploy names it after the policy's job
-    assert step["flows.deploy.check_source"]["deployment"] == f"gridshift-nightly/{dep['name']}"
+    assert step["flows.deployments.deploy.check_source"]["deployment"] == f"gridshift-nightly/{dep['name']}"
     assert load_policy(REPO / dep["parameters"]["policy_path"]).job.name == dep["name"]
     (pull,) = spec["pull"]
     assert pull["prefect.deployments.steps.set_working_directory"]["directory"] == "{{ source.directory }}"
@@ -88,7 +88,7 @@ def test_prefect_yaml_resolves_the_checkout_at_deploy_time() -> None:
 
 
 def test_a_run_artifact_carries_its_report(tmp_path: Path) -> None:
-    from scheduler.ledger import Ledger  # noqa: F401  (the report shape is the ledger's)
+    from scheduler.store.ledger import Ledger  # noqa: F401  (the report shape is the ledger's)
 
     report = {"run_id": "20260101T010203-ab12cd", "status": "completed", "job": "nightly", "policy": "p.yaml",
               "backend": "simulated", "energy_label": "modelled", "decision_reason": "clean", "energy_j": 1.0,
@@ -104,8 +104,8 @@ def test_a_run_artifact_carries_its_report(tmp_path: Path) -> None:
 def test_a_crashed_run_gets_a_ledger_row_and_an_artifact_saying_so(tmp_path: Path) -> None:
     from datetime import datetime, timedelta, timezone
 
-    from flows.fleet_runs import crashed_report
-    from scheduler.ledger import Ledger
+    from flows.deployments.fleet_runs import crashed_report
+    from scheduler.store.ledger import Ledger
 
     began = datetime(2026, 3, 1, 21, 0, tzinfo=timezone.utc)
     placement = {"site": "gb", "start": began.isoformat(), "finish": (began + timedelta(hours=3)).isoformat(), "gpus": 1}

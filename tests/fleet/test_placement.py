@@ -1,4 +1,4 @@
-"""Where and when together (scheduler.placement): the planner at every site, GPUs of each node respected."""
+"""Where and when together (scheduler.service.placement): the planner at every site, GPUs of each node respected."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.placement import Booking, booking_of, place_run
+from scheduler.service.placement import Booking, booking_of, place_run
 from scheduler.planner import ModeFigures
-from scheduler.policy import Policy
+from scheduler.policy.types import Policy
 
 NOW = datetime(2026, 3, 1, 20, 0, tzinfo=timezone.utc)
 MODES = [ModeFigures("speed", 700.0, 1.0, "test", False), ModeFigures("efficiency", 500.0, 0.8, "test", False)]

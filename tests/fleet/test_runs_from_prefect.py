@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from flows.artifacts import artifact_key, report_markdown
+from flows.run.artifacts import artifact_key, report_markdown
 
 
 def _report(run_id: str, job: str, started: str) -> dict:

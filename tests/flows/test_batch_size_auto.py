@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from plans.batch_size import BatchSizeOptimizer
-from scheduler.auto_power import job_fingerprint
-from scheduler.batch_size_history import BatchSizeHistory, batch_size_config
-from scheduler.ledger import Ledger
-from scheduler.policy_io import load_policy
+from scheduler.settings.auto_power import job_fingerprint
+from scheduler.store.batch_size_history import BatchSizeHistory, batch_size_config
+from scheduler.store.ledger import Ledger
+from scheduler.policy.loader import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "examples" / "train_tiny.py"

@@ -68,7 +68,7 @@ def test_runs_json_empty_ledger() -> None:
 
 
 def test_runs_limit_0_lists_every_run() -> None:
-    from scheduler.ledger import Ledger
+    from scheduler.store.ledger import Ledger
 
     with Ledger() as ledger:
         for i in range(25):

@@ -17,13 +17,13 @@ import pytest
 from backends.simulated import SimulatedBackend
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.trace import TraceProvider
-from flows.job import start_command
-from flows.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.job.process import start_command
+from flows.job.mode_file import ModeFileChannel, mode_batch_sizes
 from flows.supervise import supervise
 from plans.dvfs.plan_file import load_plan
-from scheduler.clock_plans import ModePlan
-from scheduler.decide import decide
-from scheduler.policy import Policy
+from scheduler.settings.clock_plans import ModePlan
+from scheduler.planner.thresholds import decide
+from scheduler.policy.types import Policy
 from tests.fakes.clock_plans import make_plan, write_plan
 from tests.flows.test_mode_file import InjectedTimeJob, _signal
 from tests.flows.test_supervise_timeline import FakeClock

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scheduler.ledger import Ledger
+from scheduler.store.ledger import Ledger
 from tests.flows.local_server import BIN, run_cli
 
 pytestmark = pytest.mark.slow

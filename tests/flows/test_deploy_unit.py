@@ -8,8 +8,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from flows.deploy import planning_cron
-from scheduler.policy_io import load_policy
+from flows.deployments.deploy import planning_cron
+from scheduler.policy.loader import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,9 +45,9 @@ def test_each_planning_run_plans_a_run_policy_check_shows(tmp_path, cron, earlie
 
     from prefect.server.schemas.schedules import CronSchedule
 
-    from flows.deploy import planning_schedule
-    from scheduler.cron import next_runs
-    from scheduler.planning import occurrence_for
+    from flows.deployments.deploy import planning_schedule
+    from scheduler.policy.cron import next_runs
+    from scheduler.planner.inputs import occurrence_for
 
     text = (REPO / "examples" / "nightly.yaml").read_text().replace('"0 1 * * *"', repr(cron))
     text = text.replace("earliest_start_s: -14400", f"earliest_start_s: {earliest}").replace(
@@ -97,8 +97,8 @@ def test_deploy_bad_policy_is_exit_2(tmp_path):
 def test_a_planning_run_plans_the_crons_occurrence(fired: str, expected: str) -> None:
     from datetime import datetime, timezone
 
-    from scheduler.planning import occurrence_for
-    from scheduler.policy import JobSpec
+    from scheduler.planner.inputs import occurrence_for
+    from scheduler.policy.types import JobSpec
 
     assert planning_cron("0 1 * * *", -4 * 3600) == "0 21 * * *"
     job = JobSpec(name="j", command=["true"], cron="0 1 * * *", earliest_start_s=-4 * 3600, deadline_s=8 * 3600,

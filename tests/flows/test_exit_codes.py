@@ -11,7 +11,7 @@ from carbon.errors import BadTrace, ProviderUnreachable
 from carbon.providers.registry import UnknownProvider
 from flows.cli._errors import EXIT_ENV, EXIT_FAILED, EXIT_INPUT, exit_code_for
 from flows.cli.run import _exit_code_of
-from flows.job import JobFailed
+from flows.job.process import JobFailed
 from plans.dvfs.errors import PlanFileError, ProfileError
 from plans.errors import BadProfile, BadTraceFile, SimulationAborted
 from scheduler.errors import LedgerError, PolicyError
@@ -37,7 +37,7 @@ def test_bugs_and_failed_jobs_exit_1(exc: BaseException) -> None:
 
 @pytest.mark.parametrize(("error_type", "code"), [
     ("backends.errors:DeviceLost", EXIT_ENV), ("backends.errors:NoPermission", EXIT_ENV),
-    ("flows.job:JobFailed", EXIT_FAILED), ("builtins:KeyError", EXIT_FAILED), ("builtins:SystemExit", 143),
+    ("flows.job.process:JobFailed", EXIT_FAILED), ("builtins:KeyError", EXIT_FAILED), ("builtins:SystemExit", 143),
     ("builtins:KeyboardInterrupt", 130), ("no.such.module:Gone", EXIT_FAILED), ("", EXIT_FAILED),
 ])
 def test_a_recorded_failure_exits_by_its_error_type(error_type: str, code: int) -> None:
@@ -56,7 +56,7 @@ def test_cli_run_losing_the_gpu_is_recorded_and_exits_3(monkeypatch: pytest.Monk
     from backends.simulated import SimulatedBackend
     from backends.types import Applied, Settings
     from flows.cli import app
-    from scheduler.ledger import Ledger
+    from scheduler.store.ledger import Ledger
 
     class Lost(SimulatedBackend):
         def _apply(self, settings: Settings) -> Applied:

@@ -114,7 +114,7 @@ def test_three_nodes_eight_runs(prefect_server, tmp_path, monkeypatch):
     api = prefect_server.url
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.deploy import deploy_policy
+    from flows.deployments.deploy import deploy_policy
     from flows.placing import submit_placed_run
 
     monkeypatch.setenv("GRIDSHIFT_HOME", env["GRIDSHIFT_HOME"])
@@ -298,7 +298,7 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
     api = prefect_server.url
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.deploy import CRASH_AFTER_S, deploy_policy
+    from flows.deployments.deploy import CRASH_AFTER_S, deploy_policy
     from flows.gpus import gpu_limit_name
 
     monkeypatch.setenv("GRIDSHIFT_HOME", env["GRIDSHIFT_HOME"])

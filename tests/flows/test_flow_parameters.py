@@ -27,7 +27,7 @@ def _params(**kwargs: Any) -> dict[str, Any]:
 def _both(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     from prefect import Flow
 
-    from flows.flow_parameters import JsonParametersFlow
+    from flows.deployments.flow_parameters import JsonParametersFlow
 
     ours = JsonParametersFlow(_params, name="p")
     prefects = Flow(_params, name="p")
@@ -42,7 +42,7 @@ def test_json_parameters_are_stored_as_prefect_stores_them(params: dict[str, Any
 
 
 def test_the_stored_parameters_are_a_copy() -> None:
-    from flows.flow_parameters import JsonParametersFlow
+    from flows.deployments.flow_parameters import JsonParametersFlow
 
     resume = {"windows": [{"start": "2026-01-01T00:00:00+00:00"}]}
     stored = JsonParametersFlow(_params, name="p").serialize_parameters({"resume": resume})
@@ -52,7 +52,7 @@ def test_the_stored_parameters_are_a_copy() -> None:
 
 @pytest.mark.parametrize("value", [datetime(2026, 1, 1, tzinfo=timezone.utc), Path("/x/y"), ("a", 1), {1: "a"}])
 def test_other_values_are_left_to_prefect(value: Any) -> None:
-    from flows.flow_parameters import json_native_copy
+    from flows.deployments.flow_parameters import json_native_copy
 
     assert json_native_copy(value) == (False, None)
     ours, prefects = _both({"value": value, "plain": "x"})
@@ -60,7 +60,7 @@ def test_other_values_are_left_to_prefect(value: Any) -> None:
 
 
 def test_the_training_flow_uses_it_and_keeps_its_prefect_options() -> None:
-    from flows.flow_parameters import JsonParametersFlow
+    from flows.deployments.flow_parameters import JsonParametersFlow
     from flows.training import carbon_aware_training
 
     assert isinstance(carbon_aware_training, JsonParametersFlow)
@@ -73,7 +73,7 @@ def test_the_training_flow_uses_it_and_keeps_its_prefect_options() -> None:
 def test_a_plain_flow_run_has_no_deployment() -> None:
     from prefect import flow
 
-    from flows.windows import flow_run_deployment
+    from flows.job.windows import flow_run_deployment
 
     @flow(name="no-deployment")
     def probe() -> str | None:
@@ -89,7 +89,7 @@ def test_a_deployments_flow_run_knows_its_deployment_without_asking_the_api_agai
     from prefect.client.orchestration import get_client
     from prefect.flow_engine import run_flow
 
-    from flows.windows import flow_run_deployment
+    from flows.job.windows import flow_run_deployment
 
     @flow(name="in-a-deployment")
     def probe() -> str | None:

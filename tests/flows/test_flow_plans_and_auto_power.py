@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from plans.power_limit import LimitMeasurement
 from plans.profile_store import PowerProfile, ProfileStore
-from scheduler.auto_power import job_fingerprint, profiles_dir
+from scheduler.settings.auto_power import job_fingerprint, profiles_dir
 from scheduler.errors import PolicyError
 from tests.fakes.clock_plans import make_plan, write_plan
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler.ledger import Ledger
+from scheduler.store.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = REPO / "examples" / "policy.yaml"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.job import KILL_NOW, JobHandle, start_callable, start_command
+from flows.job.process import KILL_NOW, JobHandle, start_callable, start_command
 
 REPO = Path(__file__).resolve().parents[2]
 BOUND_S = 10.0  # upper bound for anything to happen; a pass takes a fraction of it
@@ -152,7 +152,7 @@ def test_ctrl_c_in_a_terminal_stops_the_job_through_the_callers_kill(tmp_path: P
     script.write_text(textwrap.dedent("""
         import signal
         import threading
-        from flows.job import start_command
+        from flows.job.process import start_command
 
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever pytest inherited
         seen = []
@@ -188,8 +188,8 @@ def test_supervise_kills_the_job_group_when_interrupted():
     from carbon.monitor import CarbonMonitor, SourceSpec
     from carbon.providers.static import StaticProvider
     from flows.supervise import supervise
-    from scheduler.decide import decide
-    from scheduler.policy import Policy
+    from scheduler.planner.thresholds import decide
+    from scheduler.policy.types import Policy
 
     policy = Policy.model_validate({
         "carbon": {"provider": "static"},

@@ -16,13 +16,13 @@ from backends.simulated import SimulatedBackend
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.trace import TraceProvider
 from carbon.series import IntensityPoint, IntensitySeries
-from flows.job import start_command
-from flows.mode_file import ModeFileChannel, mode_batch_sizes
-from flows.span_settings import batch_size_settings
+from flows.job.process import start_command
+from flows.job.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.job.span_settings import batch_size_settings
 from flows.supervise import supervise
 from plans.job_protocol import BatchSizeAck, GridshiftJob, ModeAnnouncement, read_mode_file
-from scheduler.decide import decide
-from scheduler.policy import Policy
+from scheduler.planner.thresholds import decide
+from scheduler.policy.types import Policy
 from tests.flows.test_supervise_timeline import T0, FakeClock
 
 REPO = Path(__file__).resolve().parents[2]

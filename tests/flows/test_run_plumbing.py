@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli._signals import StopSignals
-from flows.job import KILL_NOW
-from flows.job import OUTPUT_THREAD_NAME
-from flows.prefect_server import configured_api_url
-from flows.run_logging import run_logging
+from flows.run.signals import StopSignals
+from flows.job.process import KILL_NOW
+from flows.job.process import OUTPUT_THREAD_NAME
+from flows.run.prefect_server import configured_api_url
+from flows.run.run_logging import run_logging
 
 
 def test_the_api_url_comes_from_the_environment_then_the_active_profile(tmp_path: Path) -> None:

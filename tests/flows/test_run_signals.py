@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from backends.nvidia.privilege import probe_privilege
-from scheduler.ledger import Ledger
+from scheduler.store.ledger import Ledger
 from tests.fakes.fake_nvml import default_state, write_state
 
 REPO = Path(__file__).resolve().parents[2]

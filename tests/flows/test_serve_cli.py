@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.service import ServeStore
+from scheduler.service.serve import ServeStore
 from tests.fakes.fake_prefect import PrefectApiStub
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """Acceptance 2 of issue 12: `gridshift serve`'s real path on a real local Prefect server, through an outage.
 
 The plan is serve's own (``flows.cli.deploy.serve_plan`` over examples/nightly.yaml), the trigger is
-serve's own (``flows.deploy.trigger_deployment``); only the clock is injected. The server is stopped
+serve's own (``flows.deployments.deploy.trigger_deployment``); only the clock is injected. The server is stopped
 across the run's due time: the trigger fails and its claim is released; serve is restarted in
 between; the server comes back; the first trigger after it creates the flow run but its answer is
 "lost" (it raises once), so serve retries: the deployment has exactly one flow run, with the run key
@@ -44,9 +44,9 @@ def test_a_run_due_while_prefect_is_down_fires_exactly_once_when_it_is_back(pref
     from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
     from flows.cli.deploy import serve_plan
-    from flows.deploy import trigger_deployment
-    from scheduler.policy_io import load_policy
-    from scheduler.service import PlanningService
+    from flows.deployments.deploy import trigger_deployment
+    from scheduler.policy.loader import load_policy
+    from scheduler.service.serve import PlanningService
 
     api = prefect_server.url
     out = run_cli([str(BIN / "gridshift"), "deploy", str(POLICY), "--no-schedule", "--pool", "it-serve-pool", "--json"],

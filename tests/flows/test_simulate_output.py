@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.cli._units import energy_unit, figure, mass_unit
+from simulation.human_units import energy_unit, figure, mass_unit
 
 REPO = Path(__file__).resolve().parents[2]
 NIGHTLY = REPO / "examples" / "nightly.yaml"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from backends.types import Applied, Settings
-from flows.span_settings import clock_plan_settings, hardware_settings, job_settings
+from flows.job.span_settings import clock_plan_settings, hardware_settings, job_settings
 from plans.job_protocol import BatchSizeAck, ClockPlanRun, JobResult, ModeAnnouncement
 from scheduler.report import ModeSpan, SpanSetting, settings_phrase
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scheduler.ledger import Ledger
+from scheduler.store.ledger import Ledger
 from scheduler.report import deadline_miss
 from tests.fakes.fake_prefect import JsonServer
 
@@ -97,7 +97,7 @@ def test_gridshift_runs_warns_about_late_runs_in_both_forms(tmp_path: Path, monk
 def test_gridshift_runs_warns_about_runs_serve_missed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a missed night never started, so only serve's store knows it: `gridshift runs` must not be silent
     from flows.cli import app
-    from scheduler.service import PlannedRun, ServeStore
+    from scheduler.service.serve import PlannedRun, ServeStore
 
     monkeypatch.setenv("GRIDSHIFT_HOME", str(tmp_path))
     now = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)

@@ -18,13 +18,13 @@ from backends.simulated import SimulatedBackend
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.trace import TraceProvider
 from carbon.series import IntensityPoint, IntensitySeries
-from flows.job import start_command
-from flows.progress import progress_file_reader
+from flows.job.process import start_command
+from flows.job.progress import progress_file_reader
 from flows.supervise import PROGRESS_ENV, RESUME_ENV, SupervisedRun, supervise
-from flows.windows import CHECKPOINT_DIR_ENV
+from flows.job.windows import CHECKPOINT_DIR_ENV
 from scheduler.planner import ModeFigures
-from scheduler.planning import plan_policy_job
-from scheduler.policy import Policy
+from scheduler.planner.inputs import plan_policy_job
+from scheduler.policy.types import Policy
 from tests.flows.test_supervise_timeline import T0, FakeClock, FakeJob
 
 H = 3600.0

@@ -12,7 +12,7 @@ from carbon.errors import CarbonError
 from carbon.monitor import CarbonMonitor, Reading, SourceSpec
 from carbon.providers.trace import TraceProvider
 from flows.supervise import SupervisedRun, supervise
-from scheduler.decide import decide
+from scheduler.planner.thresholds import decide
 from tests.flows.test_supervise_timeline import T0, FakeClock, FakeJob, _policy, _signal
 
 

@@ -15,8 +15,8 @@ from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.trace import TraceProvider
 from carbon.series import IntensityPoint, IntensitySeries
 from flows.supervise import supervise
-from scheduler.decide import decide
-from scheduler.policy import Policy
+from scheduler.planner.thresholds import decide
+from scheduler.policy.types import Policy
 
 T0 = datetime(2024, 3, 1, 0, 0, tzinfo=timezone.utc)
 H = 3600.0

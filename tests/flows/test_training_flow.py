@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backends.simulated import SimulatedBackend
-from scheduler.ledger import Ledger
+from scheduler.store.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = REPO / "examples" / "policy.yaml"
@@ -30,7 +30,7 @@ class RecordingBackend(SimulatedBackend):
 def test_flow_runs_the_job_and_records_report_and_artifact(tmp_path: Path) -> None:
     from prefect.artifacts import Artifact
 
-    from flows.artifacts import artifact_key
+    from flows.run.artifacts import artifact_key
     from flows.training import carbon_aware_training
 
     ledger = tmp_path / "ledger.sqlite3"

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from backends.simulated import SimulatedBackend
 from flows.supervise import SupervisedRun, supervise
-from flows.windows import next_window_parameters, resume_state, resumed_run
+from flows.job.windows import next_window_parameters, resume_state, resumed_run
 from scheduler.report import RunReport
 from tests.flows.test_supervise_plan import FIGURES, _monitor, _policy, _series
 from tests.flows.test_supervise_timeline import T0, FakeClock, FakeJob

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Trial
 from plans.zeus_trace import GridshiftPolicy, JobInfo, oracle, simulate, synthetic_trace
-from scheduler.batch_size_history import batch_size_config
-from scheduler.policy import BatchSizeSearch
+from scheduler.store.batch_size_history import batch_size_config
+from scheduler.policy.types import BatchSizeSearch
 
 SIZES = (8, 16, 32, 64, 128, 256)
 

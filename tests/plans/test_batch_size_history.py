@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from plans.batch_size import BatchSizeConfig
-from scheduler.batch_size_history import BatchSizeHistory
+from scheduler.store.batch_size_history import BatchSizeHistory
 from scheduler.errors import LedgerError
 
 CFG = BatchSizeConfig((16, 32, 64, 128), 64)

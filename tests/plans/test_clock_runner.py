@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from backends.nvidia.backend import NvidiaClockControl
-from flows.span_settings import job_settings
+from flows.job.span_settings import job_settings
 from plans.clock_runner import ClockPlanRunner, run_clock_plan
 from plans.job_protocol import GridshiftJob, ModeAnnouncement, read_result_file, write_mode_file
 from scheduler.report import settings_phrase

@@ -53,8 +53,8 @@ def test_profile_convert_a_trace(tmp_path: Path) -> None:
 
 def test_profile_run_passes_the_output_path(tmp_path: Path) -> None:
     out = tmp_path / "p.json"
-    script = ("import os; from plans.dvfs.synthetic import gpt3xl_layer_profile as g; "
-              "from plans.dvfs.profile import save_profile as s; s(g(), os.environ['GRIDSHIFT_PROFILE_OUT'])")
+    script = ("import os; from plans.dvfs.profiles.synthetic import gpt3xl_layer_profile as g; "
+              "from plans.dvfs.profiles.kernel_profile import save_profile as s; s(g(), os.environ['GRIDSHIFT_PROFILE_OUT'])")
     res = runner.invoke(app, ["profile", "run", "--out", str(out), "--", sys.executable, "-c", script])
     assert res.exit_code == 0, res.output
     assert out.exists() and "103 kernels" in res.output
@@ -66,8 +66,8 @@ def test_sweep_clocks_is_refused_without_explicit_permission(tmp_path: Path) -> 
     res = runner.invoke(app, ["profile", "run", "--out", str(tmp_path / "p.json"), "--sweep-clocks", "1500,1980", "--",
                               sys.executable, "-c", "raise SystemExit(9)"])
     assert res.exit_code == 2 and "allow-clock-changes" in res.output  # refused before the command runs
-    script = ("import os; from plans.dvfs.synthetic import gpt3xl_layer_profile as g; "
-              "from plans.dvfs.profile import save_profile as s; "
+    script = ("import os; from plans.dvfs.profiles.synthetic import gpt3xl_layer_profile as g; "
+              "from plans.dvfs.profiles.kernel_profile import save_profile as s; "
               "assert os.environ['GRIDSHIFT_SWEEP_CLOCKS'] == '1500,1980'; s(g(), os.environ['GRIDSHIFT_PROFILE_OUT'])")
     res = runner.invoke(app, ["profile", "run", "--out", str(tmp_path / "p.json"), "--sweep-clocks", "1500,1980",
                               "--allow-clock-changes", "--", sys.executable, "-c", script])
@@ -101,5 +101,5 @@ def test_public_surface_is_curated() -> None:
     assert all(hasattr(dvfs, name) for name in dvfs.__all__)
     import subprocess
 
-    code = "import sys, plans.dvfs, plans.dvfs.capture, flows.cli; assert 'torch' not in sys.modules"
+    code = "import sys, plans.dvfs, plans.dvfs.profiles.capture, flows.cli; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0  # torch is imported lazily

@@ -13,7 +13,7 @@ from plans.dvfs.executor import ClockControl, DryRunControl, PlanExecutor, attac
 from plans.dvfs.model import build_tables
 from plans.dvfs.plan_file import ClockPlan, PlanParameters, PlanSegment, load_plan, plan_from_result, save_plan
 from plans.dvfs.planner import plan_dvfs
-from plans.dvfs.synthetic import gpt3xl_layer_profile
+from plans.dvfs.profiles.synthetic import gpt3xl_layer_profile
 
 H200_CLOCKS = tuple(range(345, 1981, 15))
 
@@ -97,7 +97,7 @@ def test_a_mid_phase_segment_cannot_be_executed() -> None:
 
 
 def test_a_policy_mode_names_a_plan_that_loads(tmp_path: Path, phase_plan: ClockPlan) -> None:
-    from scheduler.policy import Mode
+    from scheduler.policy.types import Mode
 
     p = save_plan(phase_plan, tmp_path / "plan.json")
     mode = Mode(clock_plan=p)

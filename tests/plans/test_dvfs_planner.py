@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from plans.dvfs import oracle
 from plans.dvfs.errors import PlanInputError
 from plans.dvfs.model import build_tables
-from plans.dvfs.planner import evaluate_assignment, phase_boundaries, plan_dvfs, solve_arrays
-from plans.dvfs.synthetic import gpt3xl_layer_profile
+from plans.dvfs import evaluate_assignment
+from plans.dvfs.planner import phase_boundaries, plan_dvfs, solve_arrays
+from plans.dvfs.profiles.synthetic import gpt3xl_layer_profile
 
 SETTINGS = settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 

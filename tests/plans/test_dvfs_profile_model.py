@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plans.dvfs.capture import profile_from_trace
+from plans.dvfs.profiles.capture import profile_from_trace
 from plans.dvfs.errors import PlanInputError, ProfileError
 from plans.dvfs.model import build_tables, classify_kernel
-from plans.dvfs.profile import KernelProfile, ProfileMeta, load_profile, save_profile
-from plans.dvfs.synthetic import gpt3xl_layer_profile
+from plans.dvfs.profiles.kernel_profile import KernelProfile, ProfileMeta, load_profile, save_profile
+from plans.dvfs.profiles.synthetic import gpt3xl_layer_profile
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SYNTH = DATA / "SYNTHETIC_gpt3xl_layer_h200_profile.json"
@@ -196,7 +196,7 @@ def test_stack_layers_orders_forward_then_backward_reversed_then_optimizer(table
 
 
 def test_clock_sweep_is_refused_unless_allowed_and_always_resets() -> None:
-    from plans.dvfs.capture import sweep_clocks
+    from plans.dvfs.profiles.capture import sweep_clocks
 
     calls: list[tuple] = []
 

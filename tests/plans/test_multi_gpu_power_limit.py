@@ -12,8 +12,8 @@ from backends.types import Capabilities, DeviceInfo
 from plans.power_limit import LimitMeasurement, Measured, combine_ranks
 from plans.profile_store import PowerProfile
 from plans.selectors import CarbonAware, ZeusCost
-from scheduler.auto_power import auto_power_limit_profiler, choose_power_limit
-from scheduler.policy import Mode
+from scheduler.settings.auto_power import auto_power_limit_profiler, choose_power_limit
+from scheduler.policy.types import Mode
 
 T_S = [11.276667, 9.216667, 8.493333, 8.213333, 7.843333, 7.670000, 7.613333]
 E_J = [979.535, 1007.345, 1112.38, 1132.9189, 1249.05, 1368.46, 1428.95]

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from plans.selectors import MaxSlowdown, ZeusCost, make_selector
-from scheduler.policy import Mode
+from scheduler.policy.types import Mode
 
 
 def test_mode_with_selector():
@@ -28,7 +28,7 @@ def test_mode_selector_excludes_a_fixed_limit():
 
 def test_auto_power_limit_profiler_over_the_device_range():
     from backends.simulated import SimulatedBackend
-    from scheduler.auto_power import auto_power_limit_profiler
+    from scheduler.settings.auto_power import auto_power_limit_profiler
 
     caps = SimulatedBackend().capabilities()
     prof = auto_power_limit_profiler(Mode(power_limit_select="zeus_cost"), caps, step_w=100)

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flows.trials import CostWatchedJob, trial_outcome
+from flows.job.trials import CostWatchedJob, trial_outcome
 from plans.batch_size import BatchSizeConfig, Trial
 from plans.job_protocol import JobResult
-from scheduler.batch_size_history import BatchSizeHistory, early_stop_cost
+from scheduler.store.batch_size_history import BatchSizeHistory, early_stop_cost
 
 CFG = BatchSizeConfig((16, 32, 64, 128), 64)
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -184,7 +184,7 @@ def _policy_yaml(tmp_path: Path, mode: str, job_extra: str = "") -> Path:
 ])
 def test_bad_batch_size_policies_are_one_clear_line(tmp_path: Path, mode: str, job_extra: str, message: str) -> None:
     from scheduler.errors import PolicyError
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     with pytest.raises(PolicyError) as err:
         load_policy(_policy_yaml(tmp_path, mode, job_extra))
@@ -192,7 +192,7 @@ def test_bad_batch_size_policies_are_one_clear_line(tmp_path: Path, mode: str, j
 
 
 def test_a_malformed_result_file_is_one_line_and_ignored(tmp_path: Path) -> None:
-    from flows.mode_file import ModeFileChannel
+    from flows.job.mode_file import ModeFileChannel
 
     channel = ModeFileChannel(tmp_path, {"speed": 64})
     (tmp_path / "result.json").write_text('{"version": 1, "reachd": true}')

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.errors import PolicyError
-from scheduler.policy import CHECKPOINTABLE_CALLABLE
-from scheduler.policy_checks import NOTHING_TO_RUN
-from scheduler.policy_io import parse_policy
+from scheduler.policy.types import CHECKPOINTABLE_CALLABLE
+from scheduler.policy.checks import NOTHING_TO_RUN
+from scheduler.policy.loader import parse_policy
 
 GOOD = """\
 carbon:

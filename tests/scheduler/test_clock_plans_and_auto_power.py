@@ -11,11 +11,11 @@ from backends.simulated import SimulatedBackend
 from backends.types import Capabilities, DeviceInfo
 from plans.power_limit import LimitMeasurement
 from plans.profile_store import PowerProfile, ProfileStore
-from scheduler.auto_power import choose_power_limit, job_fingerprint, profiles_dir
-from scheduler.clock_plans import load_clock_plans
+from scheduler.settings.auto_power import choose_power_limit, job_fingerprint, profiles_dir
+from scheduler.settings.clock_plans import load_clock_plans
 from scheduler.errors import PolicyError
-from scheduler.policy import Mode
-from scheduler.policy_io import load_policy
+from scheduler.policy.types import Mode
+from scheduler.policy.loader import load_policy
 from tests.fakes.clock_plans import make_plan, write_plan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from scheduler.cron import cron_occurrences, cron_problem, next_runs, timezone_problem
+from scheduler.policy.cron import cron_occurrences, cron_problem, next_runs, timezone_problem
 from scheduler.errors import PolicyError
-from scheduler.service import nominal_runs
+from scheduler.service.serve import nominal_runs
 from simulation.simulate import nominal_starts
 
 UTC = timezone.utc

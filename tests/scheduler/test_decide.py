@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.decide import ModeState, decide, percentile_rank
-from scheduler.policy_io import parse_policy
+from scheduler.planner.thresholds import ModeState, decide, percentile_rank
+from scheduler.policy.loader import parse_policy
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import LedgerError
-from scheduler.ledger import Ledger, gridshift_home
+from scheduler.store.ledger import Ledger, gridshift_home
 
 
 def _report(run_id: str, started: str, job: str = "j") -> dict:

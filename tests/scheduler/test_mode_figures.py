@@ -9,7 +9,7 @@ import pytest
 from plans.power_limit import LimitMeasurement
 from plans.profile_store import PowerProfile
 from scheduler.errors import PolicyError
-from scheduler.mode_figures import figures_for_policy, limit_modes, read_zeus_csv
+from scheduler.planner.mode_figures import figures_for_policy, limit_modes, read_zeus_csv
 
 REPO = Path(__file__).resolve().parents[2]
 ZEUS = """start_time,window_name,elapsed_time,gpu0_energy
@@ -22,7 +22,7 @@ ZEUS = """start_time,window_name,elapsed_time,gpu0_energy
 
 @pytest.fixture
 def policy():
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     return load_policy(REPO / "examples" / "nightly.yaml")
 

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from carbon.trace_file import read_trace
-from scheduler.mode_figures import figures_for_policy
+from scheduler.planner.mode_figures import figures_for_policy
 from scheduler.planner import ModeFigures, PlanConstraints, PlanJob, plan_slots
 from scheduler.planner.grid import slot_intensity
-from scheduler.policy_io import load_policy
+from scheduler.policy.loader import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.errors import PolicyError
-from scheduler.policy_io import MAX_ISSUES, load_policy, parse_policy
+from scheduler.policy.loader import MAX_ISSUES, load_policy, parse_policy
 
 GOOD = """\
 schema_version: 1

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import PolicyError
-from scheduler.policy_io import load_policy, parse_policy
+from scheduler.policy.loader import load_policy, parse_policy
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -170,7 +170,7 @@ def test_callable_in_a_found_module_passes_without_importing_it(tmp_path: Path, 
 
 
 def test_callable_in_an_imported_module_passes() -> None:
-    assert parse_policy(_with_callable("scheduler.policy_io:load_policy"), where="p.yaml", base_dir=EXAMPLES).job.callable
+    assert parse_policy(_with_callable("scheduler.policy.loader:load_policy"), where="p.yaml", base_dir=EXAMPLES).job.callable
 
 
 def test_duplicate_key_is_rejected_at_the_second_occurrence() -> None:

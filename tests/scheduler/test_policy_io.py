@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import PolicyError
-from scheduler.policy_io import load_policy, parse_policy, policy_json_schema
+from scheduler.policy.loader import load_policy, parse_policy
+from scheduler.policy.schema import policy_json_schema
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from scheduler.errors import PolicyError
-from scheduler.policy_io import load_policy, parse_policy, policy_json_schema, schema_errors
+from scheduler.policy.loader import load_policy, parse_policy, schema_errors
+from scheduler.policy.schema import policy_json_schema
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -110,7 +111,7 @@ LOADER_ONLY = {
 }
 
 
-#: refused by the JSON schema and by the loader's checks (scheduler.policy_checks), which its schema stage leaves them to
+#: refused by the JSON schema and by the loader's checks (scheduler.policy.checks), which its schema stage leaves them to
 CHECKED = {
     "nothing to run": _with(job__command=...),
     "unknown provider": _with(carbon__provider="statik"),

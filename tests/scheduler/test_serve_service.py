@@ -1,4 +1,4 @@
-"""`gridshift serve`'s machinery (scheduler.service) on an injected clock: nothing lost, nothing doubled."""
+"""`gridshift serve`'s machinery (scheduler.service.serve) on an injected clock: nothing lost, nothing doubled."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.service import Backoff, PlannedRun, PlanningService, ServeStore, latest_start
+from scheduler.service.serve import Backoff, PlannedRun, PlanningService, ServeStore, latest_start
 from tests.fakes.fake_prefect import FakeDeployments
 
 T0 = datetime(2026, 6, 1, 18, 0, tzinfo=timezone.utc)
@@ -206,14 +206,14 @@ def test_latest_start_leaves_room_for_the_work():
 
 @pytest.fixture
 def nightly_policy():
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     return load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
 
 
 def test_plan_runs_shifts_into_the_clean_hours(nightly_policy):
     from carbon.series import IntensityPoint, IntensitySeries
-    from scheduler.planning import plan_runs
+    from scheduler.planner.inputs import plan_runs
 
     now = datetime(2024, 3, 1, 20, 0, tzinfo=timezone.utc)
     step = timedelta(minutes=15)

@@ -21,7 +21,7 @@ from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.static import StaticProvider
 from carbon.providers.trace import TraceProvider
 from carbon.series import IntensityPoint
-from scheduler.service import Backoff, PlanningService, ServeStore
+from scheduler.service.serve import Backoff, PlanningService, ServeStore
 from tests.fakes.fake_prefect import FakeDeployments
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -67,7 +67,7 @@ class Killed(BaseException):
 
 def test_a_week_of_faults_fires_every_run_once_or_records_why_not(tmp_path: Path) -> None:
     from flows.cli.deploy import serve_plan
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     rng = random.Random(20261201)
     policy_path = tmp_path / "soak.yaml"

@@ -11,10 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.shifting import (
+from scheduler.planner.shifting import (
     best_start,
     best_start_over_modes,
-    plan_slots,
     window_integrals,
 )
 
@@ -23,8 +22,8 @@ STEP_S = 900.0
 
 def _threshold_nightly():
     """The nightly example with the percentile rule it had before the planner: decide()'s own policy."""
-    from scheduler.policy import RelativeRule
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.types import RelativeRule
+    from scheduler.policy.loader import load_policy
 
     policy = load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
     return policy.model_copy(update={"rules": RelativeRule(horizon_s=43200, min_dwell_s=1800, interval_s=900)})
@@ -56,17 +55,6 @@ def test_never_late_never_before_earliest(w, min_gain, margin_s):
     # a shift is only taken when it promises at least min_gain
     if plan.shifted:
         assert plan.expected_g <= plan.reference_g * (1 - min_gain) + 1e-9
-
-
-@settings(deadline=None, max_examples=60)
-@given(windows())
-def test_slots_stay_inside_the_window_and_cover_the_work(w):
-    values, earliest_s, deadline_s, duration_s = w
-    plan = plan_slots(values, step_s=STEP_S, earliest_s=earliest_s, deadline_s=deadline_s, duration_s=duration_s,
-                      power_w=500.0, slot_s=STEP_S * 2, resume_overhead_s=60.0)
-    assert all(a >= earliest_s - 1e-9 and b <= deadline_s + 1e-9 and b > a for a, b in plan.slots)
-    assert sum(b - a for a, b in plan.slots) >= duration_s - 1e-6
-    assert list(plan.slots) == sorted(plan.slots)
 
 
 def test_moves_to_the_clean_valley():
@@ -105,19 +93,12 @@ def test_mode_choice_prefers_the_cheaper_mode_that_fits():
     assert name == "speed"
 
 
-def test_split_uses_two_valleys_for_a_checkpointable_job():
-    values = np.array([100.0] * 4 + [800.0] * 8 + [100.0] * 4 + [800.0] * 8)
-    plan = plan_slots(values, step_s=STEP_S, earliest_s=0, deadline_s=24 * STEP_S, duration_s=7200, power_w=1000,
-                      slot_s=STEP_S, safety_margin_s=0)
-    assert plan.split and plan.slots == ((0.0, 3600.0), (12 * STEP_S, 12 * STEP_S + 3600.0))
-
-
 def _series(values, start, step=timedelta(minutes=15)):
     return IntensitySeries.of(IntensityPoint(start=start + i * step, duration=step, g_per_kwh=v) for i, v in enumerate(values))
 
 
 def test_decide_shifts_the_start_within_the_window(nightly_policy):
-    from scheduler.decide import decide
+    from scheduler.planner.thresholds import decide
 
     now = datetime(2024, 3, 1, 1, 0, tzinfo=timezone.utc)
     earliest = now - timedelta(hours=4)
@@ -137,7 +118,7 @@ def test_decide_shifts_the_start_within_the_window(nightly_policy):
 @given(st.lists(st.floats(0, 900, allow_nan=False), min_size=44, max_size=44), st.integers(-16, 0))
 def test_decide_never_starts_early_or_late(values, earliest_steps):
 
-    from scheduler.decide import decide
+    from scheduler.planner.thresholds import decide
 
     nightly_policy = _threshold_nightly()
 

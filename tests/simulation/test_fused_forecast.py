@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from carbon.issued import IssuedForecasts
+from carbon.forecasts.issued import IssuedForecasts
 from simulation.sim_forecast import DailyProfileForecaster, FusedForecaster, IssuedForecaster, start_window
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,10 +72,10 @@ def test_never_below_static_efficiency_with_a_shared_archive_moved_by_12_hours(r
     dacf = SHARED / "carbon" / "dacf"
     if not dacf.exists():
         pytest.skip("../shared/data is not present (set GRIDSHIFT_SHARED_DATA)")
-    from carbon.issued import read_issued_forecasts
+    from carbon.forecasts.issued import read_issued_forecasts
     from carbon.trace_file import read_trace
-    from scheduler.mode_figures import figures_for_policy
-    from scheduler.policy_io import load_policy
+    from scheduler.planner.mode_figures import figures_for_policy
+    from scheduler.policy.loader import load_policy
     from simulation.simulate import resample, simulate
 
     policy = load_policy(REPO / "examples" / "nightly.yaml")
@@ -98,7 +98,7 @@ def test_on_a_grid_and_an_archive_that_are_pure_noise_it_is_not_above_static_eff
 
     from carbon.series import IntensityPoint, IntensitySeries
     from scheduler.planner import ModeFigures
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
     from simulation.simulate import simulate
 
     r = np.random.default_rng(0)

@@ -18,7 +18,7 @@ from simulation.sim_forecast import (
     NoisyTraceForecaster,
     PerfectForecaster,
 )
-from scheduler.cron import cron_occurrences
+from scheduler.policy.cron import cron_occurrences
 from scheduler.planner import ModeFigures
 from simulation.simulate import STRATEGIES, resample, simulate
 
@@ -31,7 +31,7 @@ MODEL = [ModeFigures("speed", 700.0, 1.0, "test"), ModeFigures("efficiency", 490
 
 @pytest.fixture
 def nightly_policy():
-    from scheduler.policy_io import load_policy
+    from scheduler.policy.loader import load_policy
 
     return load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
 
@@ -69,7 +69,7 @@ def test_resample_carries_values_over_gaps():
 
 
 def test_perfect_forecast_gridshift_is_near_the_oracle(nightly_policy):
-    from scheduler.policy import PlanRule
+    from scheduler.policy.types import PlanRule
 
     series = _synthetic(days=12)
     # the planner itself, with no min gain: only margin and dwell stand between it and the oracle
@@ -81,7 +81,7 @@ def test_perfect_forecast_gridshift_is_near_the_oracle(nightly_policy):
 
 
 def test_issued_forecasts_are_read_as_of_each_decision(tmp_path):
-    from carbon.issued import read_issued_forecasts
+    from carbon.forecasts.issued import read_issued_forecasts
 
     f = tmp_path / "issued.csv"
     f.write_text("issued_at,valid_for,g\n2024-01-01 00:00,2024-01-01 01:00,100\n2024-01-01 00:00,2024-01-01 02:00,200\n"
@@ -150,7 +150,7 @@ def test_acceptance_on_real_2020_traces(nightly_policy, name):
         pytest.skip("../shared/data is not present (set GRIDSHIFT_SHARED_DATA)")
     from backends.simulated import SimulatedBackend
     from carbon.trace_file import read_trace
-    from scheduler.mode_figures import figures_for_policy
+    from scheduler.planner.mode_figures import figures_for_policy
 
     series = read_trace(shared_data / "carbon" / "lets-wait-awhile" / name)
     _, step_s, _ = resample(series)
@@ -171,7 +171,7 @@ def test_the_result_does_not_depend_on_the_number_of_worker_processes(nightly_po
 
 
 def test_the_history_forecaster_fills_what_the_archive_does_not_cover(tmp_path):
-    from carbon.issued import read_issued_forecasts
+    from carbon.forecasts.issued import read_issued_forecasts
 
     step = 3600.0
     origin = datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()

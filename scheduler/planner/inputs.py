@@ -1,0 +1,194 @@
+"""The policy's questions to the planner: pure, time and forecast are arguments.
+
+:func:`plan_policy_job` turns a policy plus the run's state (work left, not-before, deadline, the
+mode running now) into one :func:`scheduler.planner.plan_run` call; the flow's re-planning loop
+(:mod:`flows.supervise`), ``gridshift deploy``/``serve`` and the nightly flow all come through here,
+so the objective, the constraints and the no-deadline rule are read from the policy in one place.
+
+:func:`plan_start` answers "when should the occurrence nominally at ``nominal`` start": the start of
+the planner's plan (threshold policies, ``rules.kind: absolute|relative``, keep the start-time
+shifting of :func:`scheduler.planner.thresholds.decide`). :func:`plan_runs` lists the coming occurrences of a
+recurring job for ``gridshift serve``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Sequence
+
+from carbon.series import IntensitySeries
+from scheduler.planner.thresholds import Decision, decide
+from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, plan_run
+from scheduler.policy.cron import next_runs
+from scheduler.policy.types import JobSpec, PlanRule, Policy
+from scheduler.service.serve import PlannedRun, nominal_runs
+
+__all__ = ["StartChoice", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
+           "plans_with_planner", "policy_figures", "run_key"]
+
+
+def run_key(policy: Policy, nominal: datetime) -> str:
+    """Stable id of one occurrence of the job (job store id and Prefect idempotency key)."""
+    return f"{policy.job.name}@{nominal:%Y%m%dT%H%MZ}"
+
+
+def occurrence_for(job: JobSpec, fired: datetime) -> datetime:
+    """The nominal time a planning run that fired at ``fired`` plans for: the first occurrence of
+    ``job.cron`` (in ``job.timezone``) at or after it.
+
+    The deployment fires at the earliest start, a wall-clock shift of the cron
+    (``flows.deployments.deploy.planning_cron``), or at the cron itself when no shift fits the day; on a day the
+    clocks change, or with the cron unshifted, ``fired - earliest_start_s`` would name another time.
+    Without a cron (a run started by hand from a one-off policy) it is ``fired - earliest_start_s``.
+    """
+    if job.cron is None:
+        return fired - timedelta(seconds=min(job.earliest_start_s, 0.0))
+    return next_runs(job.cron, fired, 1, tz=job.timezone)[0]
+
+
+def plans_with_planner(policy: Policy) -> bool:
+    """True unless the policy explicitly chose a threshold rule (``rules.kind: absolute|relative``)."""
+    return isinstance(policy.rules, PlanRule)
+
+
+def plan_constraints(policy: Policy) -> PlanConstraints:
+    """The planner's constraints for a planning policy: one place, for the flow, deploy, serve and simulate."""
+    rules = policy.rules
+    if not isinstance(rules, PlanRule):
+        raise ValueError(f"rules.kind {rules.kind!r} decides by thresholds (scheduler.planner.thresholds), not by the planner")
+    return PlanConstraints(min_dwell_s=rules.min_dwell_s, deadline_margin_s=rules.deadline_margin_s, slot_s=rules.slot_s,
+                           min_gain=rules.min_gain)
+
+
+def plan_policy_job(
+    policy: Policy,
+    series: IntensitySeries,
+    figures: Sequence[ModeFigures],
+    *,
+    now: datetime,
+    work_s: float,
+    not_before: datetime,
+    deadline: datetime | None,
+    pausable: bool | None = None,
+    running_mode: str | None = None,
+    running_since: datetime | None = None,
+    resuming: bool = False,
+    start_now: bool = False,
+    reference_start: datetime | None = None,
+) -> RunPlan:
+    """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
+
+    ``pausable`` defaults to ``job.checkpointable``. A job without a deadline starts at once
+    (:class:`scheduler.policy.types.JobSpec`): it is planned against the finish of its slowest mode from
+    ``not_before``, so the planner chooses its modes but has no room to shift it. ``start_now``: the
+    start is not the planner's to choose (a flow run whose start has come: the start was chosen by
+    deploy/serve, or the user ran it now); it plans the modes from ``now`` on, as if the job were
+    already running with its dwell served. ``reference_start``: the start a user would pick (the
+    cron time); the plan leaves it only for more than ``rules.min_gain`` of forecast gain.
+    """
+    if start_now and running_mode is None:
+        running_mode = policy.rules.clean_mode
+        running_since = now - timedelta(seconds=policy.rules.min_dwell_s)
+    constraints = plan_constraints(policy)
+    if deadline is None:
+        slowest = min(f.speed for f in figures)
+        deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + constraints.slot_s)
+        pausable = False
+        constraints = replace(constraints, deadline_margin_s=0.0)  # no deadline the user set: nothing to keep a margin before
+    # past the deadline the plan can only be the fastest finish; the planner wants a deadline ahead
+    deadline = max(deadline, now)
+    job = PlanJob(work_s=max(work_s, 1.0), not_before=not_before, deadline=deadline,
+                  pausable=policy.job.checkpointable if pausable is None else pausable,
+                  resume_overhead_s=policy.job.resume_overhead_s,
+                  running_mode=running_mode, running_since=running_since, resuming=resuming,
+                  reference_start=reference_start)
+    objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
+    # a margin reaching back past now leaves no room, which the planner answers by dropping it: do
+    # so here already, so it never sees a horizon that ends before now
+    left_s = (deadline - now).total_seconds()
+    constraints = replace(constraints, deadline_margin_s=min(constraints.deadline_margin_s, left_s))
+    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints)
+
+
+@dataclass(frozen=True)
+class StartChoice:
+    """When an occurrence should start (and in which mode), and why in plain words."""
+
+    start_at: datetime
+    mode: str
+    reason: str
+    plan: RunPlan | None = None  # None for threshold policies
+
+
+def policy_figures(policy: Policy, *, backend: Any = None, profile: Any = None,
+                   policy_path: str | None = None, all_limits: bool = False) -> list[ModeFigures]:
+    """The planner's mode figures for ``policy`` (:func:`scheduler.planner.mode_figures.figures_for_policy`).
+
+    ``backend`` gives the device (its capabilities) and, when it has a model (``operating_point``),
+    the last-resort figures; a backend without one (real hardware measures, it does not predict)
+    leaves that to the simulated GPU model, and the figures' source says so. ``profile``: a measured
+    power-limit profile (a stored ``PowerProfile`` or what :func:`read_limit_profile` accepts);
+    ``all_limits`` adds each of its measured limits as a candidate mode (``limit_<W>w``), where the
+    default keeps to the policy's own modes.
+    """
+    from backends.simulated import SimulatedBackend
+    from scheduler.planner.mode_figures import figures_for_policy
+
+    if profile is not None and hasattr(profile, "to_json"):
+        profile = profile.to_json()
+    model = backend if backend is not None and hasattr(backend, "operating_point") else SimulatedBackend()
+    caps = backend.capabilities() if model is backend else None
+    return figures_for_policy(policy, caps=caps, backend=model, profile=profile, policy_path=policy_path,
+                              all_limits=all_limits)
+
+
+def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime,
+               figures: Sequence[ModeFigures] | None = None) -> StartChoice:
+    """When (and in which mode) the occurrence nominally at ``nominal`` should start, seen at ``now``.
+
+    The job may start from ``max(now, nominal + earliest_start_s)`` and must end by ``nominal +
+    deadline_s``. ``figures`` default to :func:`policy_figures` (the GPU model's, without a device).
+    """
+    job = policy.job
+    earliest = max(now, nominal + timedelta(seconds=job.earliest_start_s))
+    deadline = nominal + timedelta(seconds=job.deadline_s) if job.deadline_s is not None else None
+    if not plans_with_planner(policy):
+        d = _threshold_start(policy, series, nominal=nominal, now=now, earliest=earliest, deadline=deadline)
+        return StartChoice(start_at=d.start_at, mode=d.mode, reason=d.reason)
+    if deadline is None:
+        earliest = max(now, nominal)
+    plan = plan_policy_job(policy, series, figures if figures is not None else policy_figures(policy), now=now,
+                           work_s=job.expected_duration_s, not_before=earliest, deadline=deadline,
+                           reference_start=max(nominal, earliest))
+    first_mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode
+    return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=plan.reason, plan=plan)
+
+
+def _threshold_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime, earliest: datetime,
+                     deadline: datetime | None) -> Decision:
+    job = policy.job
+    if deadline is None:
+        return decide(policy, series, now=max(now, nominal), start_at=max(now, nominal))
+    reference = min(max(now, nominal), deadline - timedelta(seconds=job.expected_duration_s))
+    return decide(policy, series, now=max(reference, earliest), earliest=earliest, deadline=deadline,
+                  remaining_work_s=job.expected_duration_s)
+
+
+def plan_runs(policy: Policy, series: IntensitySeries, *, now: datetime, horizon: timedelta = timedelta(days=1),
+              extra: dict[str, Any] | None = None, figures: Sequence[ModeFigures] | None = None) -> list[PlannedRun]:
+    """The runs of ``policy``'s recurring job whose window is open within ``horizon`` of ``now``."""
+    job = policy.job
+    if job.cron is None:
+        return []
+    if figures is None and plans_with_planner(policy):
+        figures = policy_figures(policy)
+    out: list[PlannedRun] = []
+    for nominal in nominal_runs(job.cron, now, earliest_start_s=job.earliest_start_s,
+                                deadline_s=job.deadline_s or job.expected_duration_s, horizon=horizon, tz=job.timezone):
+        d = plan_start(policy, series, nominal=nominal, now=now, figures=figures)
+        out.append(PlannedRun(key=run_key(policy, nominal), run_at=d.start_at,
+                              kwargs={**(extra or {}), "nominal_start": nominal.isoformat(),
+                                      "planned_start": d.start_at.isoformat()},
+                              reason=d.reason))
+    return out
