@@ -626,5 +626,9 @@ def simulate(
     for per_job in _map_jobs(ctx, offsets, workers):
         for name, outcome in per_job.items():
             out[name].append(outcome)
+    margin = {"margin_s": constraints.deadline_margin_s,
+              "kept_as": "pace reserve" if constraints.pace_tolerance > 0 else "time before the deadline",
+              "pace_tolerance": constraints.pace_tolerance, "pace_error": pace_error}
     return SimulationResult(t0=t0, step_s=step, values=values, outcomes=out, modes=tuple(modes),
-                            forecast=forecast_label, clean_mode=policy.rules.clean_mode)
+                            forecast=forecast_label, clean_mode=policy.rules.clean_mode,
+                            extra={"deadline_margin": margin})

@@ -110,3 +110,5 @@ def test_a_job_slower_than_planned_still_meets_every_deadline(pace_error: float)
                  pace_error=pace_error).summary()
     assert s["jobs"] > 20
     assert s["deadline_misses"] == 0
+    assert s["deadline_margin"] == {"margin_s": 900.0, "kept_as": "pace reserve", "pace_tolerance": 900 / 10800,
+                                    "pace_error": pace_error}
