@@ -332,10 +332,18 @@ def _follow_plans(policy: Policy, modes: _Modes, *, monitor: CarbonMonitor, star
         # the flow run's start has come (deploy/serve chose it, or the user ran it now): a job that
         # cannot pause starts at once, and the plan chooses its modes
         start_now = not run.windows and not pausable
+        # a pace reserve in place of the margin holds only for a run that measures its pace: a job
+        # that said it reports progress and has not within an interval keeps the margin as time
+        measured = tracker.reported or tracker.watched_s < interval_s
+        if policy.job.reports_progress and not measured and not any("no progress" in w for w in run.warnings):
+            note = (f"{t:%H:%M}: job.reports_progress is set but the job has reported no progress in "
+                    f"{tracker.watched_s:.0f} s; the deadline margin is kept as time from now on")
+            log(f"warning: {note}")
+            run.warnings.append(note)
         plan = plan_policy_job(policy, modes.reading.series, tracker.planning_figures(order), now=t,
                                work_s=tracker.left_s, not_before=t, deadline=deadline, pausable=pausable,
                                running_mode=running, running_since=since, start_now=start_now,
-                               resuming=bool(run.windows) and running is None)
+                               resuming=bool(run.windows) and running is None, pace_measured=measured)
         if not plan.feasible:
             note = (f"{t:%H:%M}: the deadline {deadline:%Y-%m-%d %H:%M} UTC cannot be met even at full speed; "
                     f"running the fastest finish (planned end {plan.finish:%H:%M} UTC)") if deadline else ""

@@ -335,14 +335,23 @@ def _threshold(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
 
 
 def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeFigures], forecaster: GridForecaster, *,
-               nominal_s: float, objective: Objective, constraints: PlanConstraints, interval_s: float) -> JobOutcome:
+               nominal_s: float, objective: Objective, constraints: PlanConstraints, interval_s: float,
+               pace_error: float = 0.0) -> JobOutcome:
     """The planner at the moments the product asks it (see the module docstring).
 
     As a deployment does it: one plan at the earliest start chooses the start (the cron's planning
     run, :func:`scheduler.planner.inputs.plan_start`); from the start on, the running flow re-plans every
     ``interval_s`` with a fresh forecast, the work left and the running mode. A pausable job that the
     plan pauses waits, without re-planning, for the plan's next window, where its next flow run plans again.
+
+    ``pace_error``: the job really runs ``1 + pace_error`` times slower than its figures say in every
+    mode. Plans use the figures until the job has run one interval, then the speeds seen (as
+    :class:`flows.progress.WorkTracker` gives a job that reports its progress).
     """
+    from dataclasses import replace as _replace
+
+    true_modes = tuple(_replace(m, speed=m.speed / (1.0 + pace_error)) for m in modes) if pace_error else tuple(modes)
+    ran_s = 0.0
     job = policy.job
     assert job.deadline_s is not None
     step = truth.step_s
@@ -375,7 +384,8 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
                      running_mode=modes[running].name if running is not None else None,
                      running_since=t0 + timedelta(seconds=held) if held is not None else None,
                      resuming=paused, reference_start=t0 + timedelta(seconds=max(nominal_s, earliest_s)))
-        p = plan_slots(intensity, pj, modes, now=t0 + timedelta(seconds=at), objective=objective,
+        seen = true_modes if ran_s >= interval_s - 1e-6 else modes  # the pace is measured after one interval
+        p = plan_slots(intensity, pj, seen, now=t0 + timedelta(seconds=at), objective=objective,
                        constraints=constraints, explain=False)
         return [names[x] if x is not None else -1 for x in p.slot_modes]
 
@@ -411,7 +421,8 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
             if m != mode:
                 mode, since = m, a
             started = True
-            run, left, dg, de = _run_slots(truth, modes, [m], a, slot, left)
+            run, left, dg, de = _run_slots(truth, true_modes, [m], a, slot, left)
+            ran_s += sum(b - a_ for a_, b, _ in run)
             spans += run
             g += dg
             e += de
@@ -484,6 +495,7 @@ class _JobContext:
     grid_s: float
     min_gain: float
     kind: str
+    pace_error: float = 0.0
 
 
 def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
@@ -506,7 +518,8 @@ def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
         out["threshold"] = _threshold(ctx.threshold_policy, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
                                       min_gain=ctx.min_gain, kind=ctx.kind)
     out["gridshift"] = _gridshift(ctx.policy, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
-                                  objective=ctx.objective, constraints=ctx.constraints, interval_s=ctx.interval_s)
+                                  objective=ctx.objective, constraints=ctx.constraints, interval_s=ctx.interval_s,
+                                  pace_error=ctx.pace_error)
     # the DP's work quantum may cost it up to max_rounding against a schedule counted exactly; the
     # best single-mode schedule is in its search space, so the oracle is the better of the two
     dp = _oracle(ctx.policy, truth, ctx.t0, modes, nominal_s=ns, grid_s=ctx.grid_s, objective=ctx.objective)
@@ -567,11 +580,14 @@ def simulate(
     min_gain: float = 0.03,
     strategies: Sequence[str] = STRATEGIES,
     workers: int | None = None,
+    pace_error: float = 0.0,
 ) -> SimulationResult:
     """Replay ``policy``'s recurring job over ``trace`` (see the module docstring).
 
     ``workers``: processes to spread the jobs over (default: one per core; 1 runs in this process).
     The result does not depend on it: every forecaster answers from the trace and the decision time alone.
+    ``pace_error``: the planner's job runs this much slower (relative) than its figures in every mode
+    (a check of the deadline margin; the other strategies run at the figures).
     """
     job = policy.job
     if job.cron is None:
@@ -603,11 +619,16 @@ def simulate(
     grid_s = _gcd_s(step, plan_rule.slot_s, plan_rule.interval_s, threshold_policy.rules.interval_s)
     ctx = _JobContext(policy=policy, threshold_policy=threshold_policy, truth=truth, t0=t0, modes=tuple(modes),
                       forecaster=forecaster, wanted=tuple(wanted), objective=objective, constraints=constraints,
-                      interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain, kind=trace.kind)
+                      interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain, kind=trace.kind,
+                      pace_error=pace_error)
     offsets = [(n - t0).total_seconds() for n in nominals]
     out: dict[str, list[JobOutcome]] = {s: [] for s in wanted}
     for per_job in _map_jobs(ctx, offsets, workers):
         for name, outcome in per_job.items():
             out[name].append(outcome)
+    margin = {"margin_s": constraints.deadline_margin_s,
+              "kept_as": "pace reserve" if constraints.pace_tolerance > 0 else "time before the deadline",
+              "pace_tolerance": constraints.pace_tolerance, "pace_error": pace_error}
     return SimulationResult(t0=t0, step_s=step, values=values, outcomes=out, modes=tuple(modes),
-                            forecast=forecast_label, clean_mode=policy.rules.clean_mode)
+                            forecast=forecast_label, clean_mode=policy.rules.clean_mode,
+                            extra={"deadline_margin": margin})

@@ -73,6 +73,7 @@ def simulate(
     forecast_file: Annotated[Optional[Path], typer.Option("--forecast-file", help="Forecasts as issued: CSV of issued_at, valid_for, value; each decision sees the newest issued before it.")] = None,
     forecast_column: Annotated[Optional[str], typer.Option("--forecast-column", help="Value column of --forecast-file when it has several.")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="Processes to spread the jobs over (default: one per core); the result is the same.")] = None,
+    pace_error: Annotated[float, typer.Option(min=0.0, max=1.0, help="The planned job runs this much slower than its figures (e.g. 0.083); its plans use the pace seen after one interval. A check of the deadline margin.")] = 0.0,
 ) -> None:
     """Replay the policy's recurring job over a real trace: strategies side by side, up to the exact oracle."""
     if site:
@@ -89,7 +90,7 @@ def simulate(
         raise fail("--trace CSV is required (or --site NAME=CSV per site of a fleet policy)", EXIT_INPUT)
     _simulate(policy=policy, trace=trace, column=column, json_out=json_out, plot=plot, forecast=forecast,
               forecast_error=forecast_error, seed=seed, min_gain=min_gain, profile=profile,
-              forecast_file=forecast_file, forecast_column=forecast_column, workers=workers)
+              forecast_file=forecast_file, forecast_column=forecast_column, workers=workers, pace_error=pace_error)
 
 
 def _gridshift_asks(result: Any, policy: Any, step_s: float) -> list[tuple[int, int]]:
@@ -123,7 +124,8 @@ def _last_start_skill(result: Any, policy: Any, forecaster: Any) -> dict[str, An
 
 def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, plot: Path | None, forecast: str,
               forecast_error: float, seed: int, min_gain: float, profile: Path | None,
-              forecast_file: Path | None = None, forecast_column: str | None = None, workers: int | None = None) -> None:
+              forecast_file: Path | None = None, forecast_column: str | None = None, workers: int | None = None,
+              pace_error: float = 0.0) -> None:
 
     from backends.simulated import SimulatedBackend
     from carbon.errors import BadTrace
@@ -168,7 +170,8 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
             label = f"noisy (trace + {forecast_error:.0%} error, seed {seed})"
         else:
             raise PolicyError(f"--forecast must be 'history' or 'noisy', not {forecast!r}")
-        result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain, workers=workers)
+        result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain, workers=workers,
+                          pace_error=pace_error)
         coverage = None
         if forecast_file is not None:  # how much of what the planner asked the archive answered
             coverage = raw.coverage(_gridshift_asks(result, pol, step_s))

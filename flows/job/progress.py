@@ -50,6 +50,12 @@ class WorkTracker:
     min_watch_s: float = 600.0
     _seen: dict[str, list[float]] = field(default_factory=dict)  # mode -> [wall s, work s gained]
     _reported_s: float | None = None  # the work the job's last report showed
+    watched_s: float = 0.0  # wall time the job has run under this tracker
+
+    @property
+    def reported(self) -> bool:
+        """True once the job has reported its progress (its pace is then measured, not assumed)."""
+        return self._reported_s is not None
 
     @property
     def left_s(self) -> float:
@@ -59,6 +65,7 @@ class WorkTracker:
         """``wall_s`` seconds ran in ``mode``; ``fraction`` is the job's own report of its progress, if any."""
         if wall_s <= 0:
             return
+        self.watched_s += wall_s
         if fraction is None:
             self.done_s = min(self.done_s + wall_s * self.speed(mode), self.total_s)
             return

@@ -26,7 +26,8 @@ from scheduler.planner.explain import explain as explain_plan
 from scheduler.planner.grid import slot_intensity
 from scheduler.planner.solve import account, choose_quantum, fastest_slots, solve_slots
 
-__all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "Segment", "RunPlan", "plan_run", "plan_slots"]
+__all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "Segment", "RunPlan", "pace_reserve_holds", "plan_run",
+           "plan_slots"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,10 @@ class PlanConstraints:
     slot_s: float = 300.0
     max_rounding: float = 0.01      # share of the work the solver's count of a plan may be off by (solve.choose_quantum); past it the plan says so
     min_gain: float = 0.0           # move the start off job.reference_start only for at least this relative forecast gain
+    # > 0: the margin may be kept as a pace reserve instead of idle time (see pace_reserve_holds): the
+    # relative slowdown it must absorb, detected at the next re-plan, which comes at most replan_s later
+    pace_tolerance: float = 0.0
+    replan_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -160,15 +165,33 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
                   time_value_g_per_h=objective.time_value_g_per_h, running_mode=running, running_forced_slots=forced,
                   quantum_s=choose_quantum(speed, slot, job.work_s, max_rounding=constraints.max_rounding))
     margin_dropped = False
-    sp = solve_slots(intensity, power, speed, deadline_slots=horizon(constraints.deadline_margin_s), **common)  # type: ignore[arg-type]
-    if sp.feasible and constraints.min_gain > 0 and job.reference_start is not None and running is None:
-        # a forecast's best start is its most optimistic one (the optimiser's curse): leave the reference
-        # start only when the forecast gain is larger than the forecast can be trusted for
-        ref = max(int(math.ceil((as_utc(job.reference_start) - now).total_seconds() / slot - 1e-9)), first)
-        fixed = solve_slots(intensity, power, speed, deadline_slots=horizon(constraints.deadline_margin_s),
-                            **{**common, "first_start": ref}, last_start=ref)  # type: ignore[arg-type]
-        if fixed.feasible and sp.objective > fixed.objective * (1.0 - constraints.min_gain):
-            sp = fixed
+
+    def solve(margin_s: float):  # type: ignore[no-untyped-def]
+        sp = solve_slots(intensity, power, speed, deadline_slots=horizon(margin_s), **common)  # type: ignore[arg-type]
+        if sp.feasible and constraints.min_gain > 0 and job.reference_start is not None and running is None:
+            # a forecast's best start is its most optimistic one (the optimiser's curse): leave the reference
+            # start only when the forecast gain is larger than the forecast can be trusted for
+            ref = max(int(math.ceil((as_utc(job.reference_start) - now).total_seconds() / slot - 1e-9)), first)
+            fixed = solve_slots(intensity, power, speed, deadline_slots=horizon(margin_s),
+                                **{**common, "first_start": ref}, last_start=ref)  # type: ignore[arg-type]
+            if fixed.feasible and sp.objective > fixed.objective * (1.0 - constraints.min_gain):
+                sp = fixed
+        return sp
+
+    sp = None
+    as_reserve = False
+    if constraints.pace_tolerance > 0 and constraints.deadline_margin_s > 0 and job.deadline is not None:
+        # the margin as a pace reserve: the plan may use the time up to the deadline while, from every
+        # point of it, the work left still fits at the fastest mode slowed by pace_tolerance
+        left_s = (as_utc(job.deadline) - now).total_seconds()
+        reserve = solve(0.0)
+        need = job.work_s + reserve.resumes * (job.resume_overhead_s if job.pausable else 0.0)
+        if reserve.feasible and pace_reserve_holds(reserve.modes, speed, slot_s=slot, work_s=need, left_s=left_s,
+                                                   tolerance=constraints.pace_tolerance,
+                                                   replan_s=constraints.replan_s):
+            sp, as_reserve = reserve, True
+    if sp is None:
+        sp = solve(constraints.deadline_margin_s)
     if not sp.feasible and constraints.deadline_margin_s > 0:
         sp = solve_slots(intensity, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
         margin_dropped = sp.feasible
@@ -209,6 +232,10 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     reasons, seg_reasons = explain_plan(built, list(modes), c, slot_s=slot, now=now, job=job, objective=objective,
                                    first_slot=first, feasible=feasible, margin_dropped=margin_dropped,
                                    deadline_margin_s=constraints.deadline_margin_s)
+    if as_reserve and job.deadline is not None and finish > as_utc(job.deadline) - timedelta(seconds=constraints.deadline_margin_s):
+        reasons.append(f"it may finish within the {constraints.deadline_margin_s / 60:.0f} min deadline margin: the job "
+                       f"reports its progress, so the margin is kept as a pace reserve (a slowdown of up to "
+                       f"{constraints.pace_tolerance:.0%} seen at the next re-plan is caught up in faster modes)")
     if sp.rounding > constraints.max_rounding:
         reasons.append(f"warning: the planner's work count of this plan is off by {sp.rounding:.1%} of the work, more "
                        f"than its {constraints.max_rounding:.0%} bound, so the plan may cost that much more than "
@@ -218,6 +245,45 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
                    feasible=feasible, reasons=tuple(reasons), slot_modes=slot_modes, rounding=sp.rounding,
                    max_rounding=constraints.max_rounding)
+
+
+def pace_reserve_holds(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, work_s: float, left_s: float,
+                       tolerance: float, replan_s: float) -> bool:
+    """Does a slot plan keep a pace reserve in place of a deadline margin?
+
+    ``modes``: mode index per slot from now (-1 waiting), ``speed`` per mode, ``work_s`` the work
+    the plan must do, ``left_s`` seconds from now to the deadline. The reserve is for a job that
+    turns out up to ``tolerance`` slower (relative) than planned, from any moment on; a run that
+    measures its progress sees it at its next re-plan, at most ``replan_s`` later, and re-plans the
+    work left at the pace seen. It holds when at every slot boundary ``t`` of the run
+
+        t + replan_s x tolerance + work_left(t) x (1 + tolerance) / fastest speed <= deadline
+
+    (the work lost before the slowdown is seen is at most ``replan_s x tolerance`` of fastest-mode
+    time; the rest fits at the fastest mode slowed by ``tolerance``), and the run ends at least
+    ``replan_s x tolerance`` before the deadline (a slowdown after the last re-plan). The left side
+    is linear between boundaries, so the boundaries suffice. A plan at the fixed margin ``M`` with
+    ``tolerance = M / work`` at the fastest mode satisfies the first condition, not always the second.
+    """
+    modes = np.asarray(modes)
+    run = modes >= 0
+    if not run.any():
+        return True
+    fastest = float(np.max(speed))
+    work = np.where(run, speed[np.maximum(modes, 0)] * slot_s, 0.0)
+    done = np.concatenate(([0.0], np.cumsum(work)))  # work done by each slot boundary, at the planned speeds
+    last = int(np.searchsorted(done, work_s - 1e-9))  # the boundary at or after which the work is done
+    if last >= len(done):
+        return False  # the plan does not finish the work
+    k_end = last - 1  # the slot the work runs out in
+    finish = k_end * slot_s + max(work_s - done[k_end], 0.0) / speed[modes[k_end]]
+    lag = replan_s * tolerance
+    if finish + lag > left_s + 1e-6:
+        return False
+    begin = int(np.argmax(run))
+    k = np.arange(begin, last)  # boundaries from the run's start to the last one before the finish
+    left = np.maximum(work_s - done[k], 0.0)
+    return bool(np.all(k * slot_s + lag + left * (1.0 + tolerance) / fastest <= left_s + 1e-6))
 
 
 def plan_run(series: IntensitySeries, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,

@@ -57,8 +57,11 @@ def plan_constraints(policy: Policy) -> PlanConstraints:
     rules = policy.rules
     if not isinstance(rules, PlanRule):
         raise ValueError(f"rules.kind {rules.kind!r} decides by thresholds (scheduler.planner.thresholds), not by the planner")
+    # a job that reports its progress is re-planned at the pace measured, every interval: its margin
+    # may be kept as a reserve for a slowdown of margin / duration (scheduler.planner.pace_reserve_holds)
+    tolerance = rules.deadline_margin_s / policy.job.expected_duration_s if policy.job.reports_progress else 0.0
     return PlanConstraints(min_dwell_s=rules.min_dwell_s, deadline_margin_s=rules.deadline_margin_s, slot_s=rules.slot_s,
-                           min_gain=rules.min_gain)
+                           min_gain=rules.min_gain, pace_tolerance=tolerance, replan_s=rules.interval_s)
 
 
 def plan_policy_job(
@@ -76,6 +79,7 @@ def plan_policy_job(
     resuming: bool = False,
     start_now: bool = False,
     reference_start: datetime | None = None,
+    pace_measured: bool = True,
 ) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
 
@@ -86,11 +90,15 @@ def plan_policy_job(
     deploy/serve, or the user ran it now); it plans the modes from ``now`` on, as if the job were
     already running with its dwell served. ``reference_start``: the start a user would pick (the
     cron time); the plan leaves it only for more than ``rules.min_gain`` of forecast gain.
+    ``pace_measured=False``: the run has seen no progress report, so the margin is kept as time
+    before the deadline even where ``job.reports_progress`` would allow a pace reserve.
     """
     if start_now and running_mode is None:
         running_mode = policy.rules.clean_mode
         running_since = now - timedelta(seconds=policy.rules.min_dwell_s)
     constraints = plan_constraints(policy)
+    if not pace_measured:
+        constraints = replace(constraints, pace_tolerance=0.0)
     if deadline is None:
         slowest = min(f.speed for f in figures)
         deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + constraints.slot_s)

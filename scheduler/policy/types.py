@@ -209,6 +209,7 @@ class JobSpec(Strict):
                                                        "(five fields, day of week 0 or 7 = Sunday), e.g. '0 1 * * 1-5', in job.timezone")
     timezone: str = Field(default="UTC", min_length=1, description="IANA time zone the cron is read in, e.g. 'Europe/London' (default UTC)")
     checkpointable: bool = Field(default=False, description="the job can stop and resume, so it may be split across green slots")
+    reports_progress: bool = Field(default=False, description="the job writes its fraction done to GRIDSHIFT_PROGRESS_FILE, so a run re-plans at the pace it measures; the planner may then keep rules.deadline_margin_s as a pace reserve instead of idle time before the deadline")
     resume_overhead_s: float = Field(default=0.0, ge=0, description="extra speed-mode seconds of work each resume costs (reload, warm-up)")
     stop_grace_s: float = Field(default=60.0, gt=0, description="a checkpointable job gets this long after SIGTERM to write its checkpoint before SIGKILL")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the command")

@@ -281,3 +281,16 @@ def test_simulated_energy_comes_from_the_model_not_from_the_hosts_load(report_pr
         assert energies[0] == pytest.approx(energies[1]) == pytest.approx(420.0 * 1.25 * H)
     else:  # no evidence of the work done but wall time: the meter's figure, which grows with the load
         assert energies[1] == pytest.approx(energies[0] * 2.5)
+
+
+def test_a_job_that_says_it_reports_progress_and_does_not_keeps_the_margin_as_time() -> None:
+    """job.reports_progress lets the planner keep the margin as a pace reserve; with no report within
+    an interval the run says so once and plans with the margin as time, which a job slower than its
+    figures (unseen without reports) needs."""
+    policy = _policy(work_h=6, deadline_h=7, reports_progress=True)
+    run, end, _, logs = _run_fake(policy, _series(_clean_dirty_clean), efficiency_factor=1.0, report_progress=False)
+    warned = [w for w in run.warnings if "reported no progress" in w]
+    assert len(warned) == 1 and any("reported no progress" in line for line in logs)
+    assert run.exit_code == 0 and end <= T0 + timedelta(hours=7)
+    quiet, _, _, _ = _run_fake(policy, _series(_clean_dirty_clean), efficiency_factor=1.0)
+    assert not [w for w in quiet.warnings if "reported no progress" in w]
