@@ -24,7 +24,7 @@ from scheduler.planner import ModeFigures, Objective, RunPlan
 from scheduler.planner.inputs import plan_policy_job
 from scheduler.policy.types import Policy, Site
 
-__all__ = ["Booking", "SitePlan", "Placement", "booking_of", "modes_at_site", "place_run", "objective_value",
+__all__ = ["Booking", "SitePlan", "Placement", "modes_at_site", "place_run", "objective_value",
            "forecast_mean_g_per_kwh"]
 
 
@@ -242,9 +242,4 @@ def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], mod
     reasons += [p.reason for p in plans]
     return Placement(site=best.site, plan=best.plan, sites=tuple(plans), reasons=tuple(reasons),
                      queued=deadline is None and best.plan.start > not_before)
-
-
-def booking_of(site: str, plan: RunPlan, gpus: int) -> list[Booking]:
-    """The bookings a placed plan makes (one per run window)."""
-    return [Booking(site, start, end, gpus) for start, end in plan.windows()]
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.service.placement import Booking, booking_of, place_run
+from scheduler.service.placement import Booking, place_run
 from scheduler.planner import ModeFigures
 from scheduler.policy.types import Policy
 
@@ -31,6 +31,11 @@ def _policy(*sites: dict, gpus: int = 1) -> Policy:
         "rules": {"kind": "plan", "slot_s": 900, "min_dwell_s": 0, "deadline_margin_s": 0, "min_gain": 0},
         "job": {"name": "j", "command": ["true"], "expected_duration_s": 3600, "deadline_s": 8 * 3600, "gpus": gpus},
         "sites": list(sites)})
+
+
+def booking_of(site: str, plan, gpus: int) -> list[Booking]:
+    """The bookings a placed plan makes (one per run window)."""
+    return [Booking(site, start, end, gpus) for start, end in plan.windows()]
 
 
 def _place(policy: Policy, series: dict, **kw):
