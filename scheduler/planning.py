@@ -13,13 +13,15 @@ recurring job for ``gridshift serve``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
 from scheduler.decide import Decision, decide
-from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, plan_run
+from scheduler.deciders import plan_work
+from scheduler.run_spec import resolve_run, rule_constraints
+from scheduler.planner import ModeFigures, Objective, PlanConstraints, RunPlan
 from scheduler.cron import next_runs
 from scheduler.policy import JobSpec, PlanRule, Policy
 from scheduler.service import PlannedRun, nominal_runs
@@ -54,11 +56,7 @@ def plans_with_planner(policy: Policy) -> bool:
 
 def plan_constraints(policy: Policy) -> PlanConstraints:
     """The planner's constraints for a planning policy: one place, for the flow, deploy, serve and simulate."""
-    rules = policy.rules
-    if not isinstance(rules, PlanRule):
-        raise ValueError(f"rules.kind {rules.kind!r} decides by thresholds (scheduler.decide), not by the planner")
-    return PlanConstraints(min_dwell_s=rules.min_dwell_s, deadline_margin_s=rules.deadline_margin_s, slot_s=rules.slot_s,
-                           min_gain=rules.min_gain)
+    return rule_constraints(policy.rules)
 
 
 def plan_policy_job(
@@ -87,28 +85,14 @@ def plan_policy_job(
     already running with its dwell served. ``reference_start``: the start a user would pick (the
     cron time); the plan leaves it only for more than ``rules.min_gain`` of forecast gain.
     """
-    if start_now and running_mode is None:
-        running_mode = policy.rules.clean_mode
-        running_since = now - timedelta(seconds=policy.rules.min_dwell_s)
-    constraints = plan_constraints(policy)
-    if deadline is None:
-        slowest = min(f.speed for f in figures)
-        deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + constraints.slot_s)
-        pausable = False
-        constraints = replace(constraints, deadline_margin_s=0.0)  # no deadline the user set: nothing to keep a margin before
-    # past the deadline the plan can only be the fastest finish; the planner wants a deadline ahead
-    deadline = max(deadline, now)
-    job = PlanJob(work_s=max(work_s, 1.0), not_before=not_before, deadline=deadline,
-                  pausable=policy.job.checkpointable if pausable is None else pausable,
-                  resume_overhead_s=policy.job.resume_overhead_s,
-                  running_mode=running_mode, running_since=running_since, resuming=resuming,
-                  reference_start=reference_start)
-    objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
-    # a margin reaching back past now leaves no room, which the planner answers by dropping it: do
-    # so here already, so it never sees a horizon that ends before now
-    left_s = (deadline - now).total_seconds()
-    constraints = replace(constraints, deadline_margin_s=min(constraints.deadline_margin_s, left_s))
-    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints)
+    constraints = plan_constraints(policy)  # refuses threshold rules
+    assert isinstance(policy.rules, PlanRule)
+    return plan_work(series, figures, rules=policy.rules, constraints=constraints,
+                     objective=Objective(time_value_g_per_h=policy.objective.time_value_g_per_h),
+                     pausable=policy.job.checkpointable if pausable is None else pausable,
+                     resume_overhead_s=policy.job.resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
+                     deadline=deadline, running_mode=running_mode, running_since=running_since, resuming=resuming,
+                     start_now=start_now, reference_start=reference_start)
 
 
 @dataclass(frozen=True)
@@ -132,15 +116,8 @@ def policy_figures(policy: Policy, *, backend: Any = None, profile: Any = None,
     ``all_limits`` adds each of its measured limits as a candidate mode (``limit_<W>w``), where the
     default keeps to the policy's own modes.
     """
-    from backends.simulated import SimulatedBackend
-    from scheduler.mode_figures import figures_for_policy
-
-    if profile is not None and hasattr(profile, "to_json"):
-        profile = profile.to_json()
-    model = backend if backend is not None and hasattr(backend, "operating_point") else SimulatedBackend()
-    caps = backend.capabilities() if model is backend else None
-    return figures_for_policy(policy, caps=caps, backend=model, profile=profile, policy_path=policy_path,
-                              all_limits=all_limits)
+    return resolve_run(policy, policy_path=policy_path).mode_figures(backend=backend, profile=profile,
+                                                                      all_limits=all_limits)
 
 
 def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime,
