@@ -28,25 +28,18 @@ from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, 
 from scheduler.policy import AbsoluteRule, Mode, PlanRule, RelativeRule
 from scheduler.run_spec import RunSpec
 
-__all__ = ["Decider", "PlanDecider", "ThresholdDecider", "WorkTracker", "first_decision", "make_decider", "plan_work"]
+__all__ = ["Decider", "PlanDecider", "ThresholdDecider", "WorkTracker", "first_decision", "make_decider", "plan_inputs", "plan_work"]
 
 #: a threshold decision holds until the loop re-decides: its one segment has no planned end
 _OPEN_END = timedelta(days=36500)
 
 
-def plan_work(series: IntensitySeries, figures: Sequence[ModeFigures], *, rules: PlanRule, constraints: PlanConstraints,
-              objective: Objective, pausable: bool, resume_overhead_s: float, now: datetime, work_s: float,
-              not_before: datetime, deadline: datetime | None, running_mode: str | None = None,
-              running_since: datetime | None = None, resuming: bool = False, start_now: bool = False,
-              reference_start: datetime | None = None) -> RunPlan:
-    """The planner's plan for ``work_s`` reference seconds, seen at ``now``.
-
-    A job without a deadline starts at once: it is planned against the finish of its slowest mode
-    from ``not_before``, so the planner chooses its modes but has no room to shift it. ``start_now``:
-    the start is not the planner's to choose (a flow run whose start has come); it plans the modes
-    from ``now`` on, as if the job were already running with its dwell served. ``reference_start``:
-    the start a user would pick (the cron time); the plan leaves it only for more than ``min_gain``.
-    """
+def plan_inputs(figures: Sequence[ModeFigures], *, rules: PlanRule, constraints: PlanConstraints, pausable: bool,
+                resume_overhead_s: float, now: datetime, work_s: float, not_before: datetime, deadline: datetime | None,
+                running_mode: str | None = None, running_since: datetime | None = None, resuming: bool = False,
+                start_now: bool = False, reference_start: datetime | None = None) -> tuple[PlanJob, PlanConstraints]:
+    """The planner's job and constraints for ``work_s`` reference seconds, seen at ``now`` (see
+    :func:`plan_work`); the simulator hands them to :func:`scheduler.planner.plan_slots` on its own grid."""
     if start_now and running_mode is None:
         running_mode = rules.clean_mode
         running_since = now - timedelta(seconds=rules.min_dwell_s)
@@ -63,7 +56,26 @@ def plan_work(series: IntensitySeries, figures: Sequence[ModeFigures], *, rules:
     # a margin reaching back past now leaves no room, which the planner answers by dropping it: do
     # so here already, so it never sees a horizon that ends before now
     left_s = (deadline - now).total_seconds()
-    constraints = replace(constraints, deadline_margin_s=min(constraints.deadline_margin_s, left_s))
+    return job, replace(constraints, deadline_margin_s=min(constraints.deadline_margin_s, left_s))
+
+
+def plan_work(series: IntensitySeries, figures: Sequence[ModeFigures], *, rules: PlanRule, constraints: PlanConstraints,
+              objective: Objective, pausable: bool, resume_overhead_s: float, now: datetime, work_s: float,
+              not_before: datetime, deadline: datetime | None, running_mode: str | None = None,
+              running_since: datetime | None = None, resuming: bool = False, start_now: bool = False,
+              reference_start: datetime | None = None) -> RunPlan:
+    """The planner's plan for ``work_s`` reference seconds, seen at ``now``.
+
+    A job without a deadline starts at once: it is planned against the finish of its slowest mode
+    from ``not_before``, so the planner chooses its modes but has no room to shift it. ``start_now``:
+    the start is not the planner's to choose (a flow run whose start has come); it plans the modes
+    from ``now`` on, as if the job were already running with its dwell served. ``reference_start``:
+    the start a user would pick (the cron time); the plan leaves it only for more than ``min_gain``.
+    """
+    job, constraints = plan_inputs(figures, rules=rules, constraints=constraints, pausable=pausable,
+                                   resume_overhead_s=resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
+                                   deadline=deadline, running_mode=running_mode, running_since=running_since,
+                                   resuming=resuming, start_now=start_now, reference_start=reference_start)
     return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints)
 
 
@@ -206,10 +218,11 @@ class ThresholdDecider:
 
     def __init__(self, rule: AbsoluteRule | RelativeRule, modes: Mapping[str, Mode], *, expected_s: float,
                  interval_s: float, deadline: datetime | None, slowdown: Mapping[str, float] | None = None,
-                 first: Decision | None = None) -> None:
+                 first: Decision | None = None, guard: datetime | None = None) -> None:
         self.rule, self.modes, self.expected_s, self.interval_s = rule, modes, expected_s, interval_s
         self.deadline, self.given, self.first = deadline, dict(slowdown or {}), first
-        self.guard = deadline - timedelta(seconds=interval_s) if deadline is not None else None
+        # the deadline guard keeps one control interval in hand (the simulator names its own)
+        self.guard = guard if guard is not None else (deadline - timedelta(seconds=interval_s) if deadline else None)
         self.factors = {m: self.given.get(m, 1.0 + (modes[m].max_slowdown or 0.0)) for m in modes}
         self.factors[rule.clean_mode] = 1.0
         self.state = ModeState()
@@ -248,11 +261,7 @@ class ThresholdDecider:
 
     def decide(self, t: datetime, series: IntensitySeries, *, running: str | None, since: datetime | None,
                started_before: bool) -> RunPlan:
-        if running is None:  # the start: the flow's opening decision, else one made now
-            if self.first is None:
-                self.first = decide_by_rule(self.rule, self.modes, series, now=t, start_at=t,
-                                            remaining_work_s=self.expected_s, deadline=self.deadline,
-                                            slowdown=self.given or None)
+        if running is None and self.first is not None:  # the flow's opening decision (first_decision)
             decision = self.first
         else:
             # the dwell counts from the decision that switched (the loop switches at once)
@@ -278,7 +287,8 @@ def make_decider(spec: RunSpec, figures: Sequence[ModeFigures], *, deadline: dat
                  done_s: float = 0.0, first: Decision | None = None,
                  slowdown: Mapping[str, float] | None = None) -> Decider:
     """The spec's decider: the planner, or its threshold rules (``slowdown`` overrides the figures'
-    time factors; ``first``: the opening decision, see :func:`first_decision`)."""
+    time factors; ``first``: the opening decision, see :func:`first_decision`; without it the
+    opening decision is made like every later one, on the guard)."""
     if spec.planned:
         if not figures:
             raise ValueError("the planner needs the modes' figures (RunSpec.mode_figures)")
