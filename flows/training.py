@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
@@ -46,6 +46,7 @@ from scheduler.decide import Decision
 from scheduler.errors import LedgerError
 from scheduler.ledger import Ledger
 from scheduler.planner import ModeFigures
+from scheduler.policy import AbsoluteRule, Mode, PlanRule, RelativeRule
 from scheduler.policy_io import load_policy
 from scheduler.run_spec import RunSpec, resolve_run
 
@@ -89,8 +90,9 @@ def read_intensity(monitor: CarbonMonitor, now: datetime) -> Reading:
 
 
 @task(name="decide", cache_policy=NO_CACHE)
-def decide_mode(spec: RunSpec, reading: Reading, now: datetime, deadline: datetime | None) -> Decision:
-    return first_decision(spec, reading.series, now=now, deadline=deadline)
+def decide_mode(rule: AbsoluteRule | RelativeRule, modes: Mapping[str, Mode], expected_s: float, reading: Reading,
+                now: datetime, deadline: datetime | None) -> Decision:
+    return first_decision(rule, modes, reading.series, expected_s=expected_s, now=now, deadline=deadline)
 
 
 @task(name="wait until start", cache_policy=NO_CACHE)
@@ -316,8 +318,8 @@ def carbon_aware_training(
         for failure in reading.failures:
             logger.warning("carbon source failed over: %s", failure)
         decision = None
-        if not spec.planned:  # threshold rules open here; the planner plans inside the run
-            decision = decide_mode(spec, reading, now, deadline)
+        if not isinstance(spec.rules, PlanRule):  # threshold rules open here; the planner plans inside the run
+            decision = decide_mode(spec.rules, spec.modes, spec.job.expected_duration_s, reading, now, deadline)
             logger.info("decision: %s mode — %s", decision.mode, decision.reason)
         backend = create_backend(spec.backend_name, **spec.backend_options)
     except BaseException:

@@ -275,12 +275,11 @@ class ThresholdDecider:
                        reasons=(decision.reason,))
 
 
-def first_decision(spec: RunSpec, series: IntensitySeries, *, now: datetime, deadline: datetime | None) -> Decision:
-    """A threshold policy's opening decision, made when the job starts (before the device is opened)."""
-    rule = spec.rules
-    assert isinstance(rule, (AbsoluteRule, RelativeRule))
-    return decide_by_rule(rule, spec.modes, series, now=now, start_at=now,
-                          remaining_work_s=spec.job.expected_duration_s, deadline=deadline)
+def first_decision(rule: AbsoluteRule | RelativeRule, modes: Mapping[str, Mode], series: IntensitySeries, *,
+                   expected_s: float, now: datetime, deadline: datetime | None) -> Decision:
+    """Threshold rules' opening decision, made when the job starts (before the device is opened):
+    the whole job's work against the deadline itself, at the modes' declared slowdowns."""
+    return decide_by_rule(rule, modes, series, now=now, start_at=now, remaining_work_s=expected_s, deadline=deadline)
 
 
 def make_decider(spec: RunSpec, figures: Sequence[ModeFigures], *, deadline: datetime | None, pausable: bool,
