@@ -1,14 +1,16 @@
 """The policy's questions to the planner: pure, time and forecast are arguments.
 
 :func:`plan_policy_job` turns a policy plus the run's state (work left, not-before, deadline, the
-mode running now) into one :func:`scheduler.planner.plan_run` call; the flow's re-planning loop
-(:mod:`flows.supervise`), ``gridshift deploy``/``serve`` and the nightly flow all come through here,
-so the objective, the constraints and the no-deadline rule are read from the policy in one place.
+mode running now) into one :func:`scheduler.planner.plan_run` call, through the same
+:func:`scheduler.deciders.plan_work` the running flow's decider calls, so ``gridshift
+deploy``/``serve``, placement and the nightly flow plan with the objective, the constraints and the
+no-deadline rule of the run itself.
 
 :func:`plan_start` answers "when should the occurrence nominally at ``nominal`` start": the start of
 the planner's plan (threshold policies, ``rules.kind: absolute|relative``, keep the start-time
-shifting of :func:`scheduler.decide.decide`). :func:`plan_runs` lists the coming occurrences of a
-recurring job for ``gridshift serve``.
+shifting of :func:`scheduler.decide.decide`); :func:`gate_start` keeps the cron start instead when
+the forecast's record shows no start gain (do no harm). :func:`plan_runs` lists the coming
+occurrences of a recurring job for ``gridshift serve``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
+from carbon.skill import trusts_start
 from scheduler.decide import Decision, decide
 from scheduler.deciders import plan_work
 from scheduler.run_spec import resolve_run, rule_constraints
@@ -26,7 +29,7 @@ from scheduler.cron import next_runs
 from scheduler.policy import JobSpec, PlanRule, Policy
 from scheduler.service import PlannedRun, nominal_runs
 
-__all__ = ["StartChoice", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
+__all__ = ["StartChoice", "gate_start", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
            "plans_with_planner", "policy_figures", "run_key"]
 
 
@@ -140,6 +143,19 @@ def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, no
                            reference_start=max(nominal, earliest))
     first_mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode
     return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=plan.reason, plan=plan)
+
+
+def gate_start(choice: StartChoice, *, share: float | None, nights: int, nominal: datetime, now: datetime,
+               clean_mode: str) -> StartChoice:
+    """Do no harm: ``choice`` unless the forecast's record shows no start gain (``nights`` scored
+    nights, of which it captured ``share`` of the perfect-foresight start gain; see
+    :func:`carbon.skill.trusts_start`); then the cron start is kept and the run still chooses its modes."""
+    if trusts_start(share, nights):
+        return choice
+    return StartChoice(start_at=max(nominal, now), mode=clean_mode,
+                       reason=f"the cron start is kept: over {nights} nights the fused forecast captured "
+                              f"{share or 0.0:.0%} of the possible start gain (do no harm); "
+                              "the run still chooses its modes")
 
 
 def _threshold_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime, earliest: datetime,
