@@ -200,9 +200,8 @@ def _record_sentence(notes: tuple[str, ...], record: Any) -> str:
 
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
-    from carbon.forecasts.skill import trusts_start
     from flows.sources import monitor_for
-    from scheduler.planner.inputs import StartChoice, occurrence_for, plan_start, run_key
+    from scheduler.planner.inputs import gate_start, occurrence_for, plan_start, run_key
     from scheduler.policy.loader import load_policy
 
     logger = get_run_logger()
@@ -216,11 +215,9 @@ def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str |
     finally:
         monitor.close()
     decision = plan_start(policy, reading.series, nominal=nominal, now=now)
-    if record is not None and not trusts_start(record.start_gain_share, record.nights):
-        decision = StartChoice(start_at=max(nominal, now), mode=policy.rules.clean_mode,
-                               reason=f"the cron start is kept: over {record.nights} nights the fused forecast captured "
-                                      f"{record.start_gain_share or 0.0:.0%} of the possible start gain (do no harm); "
-                                      "the run still chooses its modes")
+    if record is not None:
+        decision = gate_start(decision, share=record.start_gain_share, nights=record.nights, nominal=nominal, now=now,
+                              clean_mode=policy.rules.clean_mode)
     logger.info("plan for %s: start %s UTC — %s", nominal.isoformat(), f"{decision.start_at:%Y-%m-%d %H:%M}",
                 decision.reason)
     name = _deployment_name()

@@ -11,7 +11,7 @@ from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers import get_provider
 from carbon.providers.base import Provider
 from scheduler.store.ledger import gridshift_home
-from scheduler.policy.types import CarbonSource, Policy
+from scheduler.policy.types import CarbonConfig, CarbonSource, Policy
 
 __all__ = ["carbon_cache_dir", "forecast_archive_path", "monitor_for", "provider_for"]
 
@@ -44,9 +44,11 @@ def forecast_archive_path() -> Path:
     return gridshift_home() / "forecasts.sqlite"
 
 
-def monitor_for(policy: Policy) -> CarbonMonitor:
-    chain = [policy.carbon, *policy.carbon.fallbacks]
+def monitor_for(source: Policy | CarbonConfig) -> CarbonMonitor:
+    """The failover monitor of a carbon chain (``RunSpec.carbon``), or of a policy's."""
+    carbon = source.carbon if isinstance(source, Policy) else source
+    chain = [carbon, *carbon.fallbacks]
     specs = [SourceSpec(label=_label(s), build=(lambda s=s: provider_for(s)), options=_identity(s)) for s in chain]
-    return CarbonMonitor(specs, forecast_horizon=timedelta(seconds=policy.carbon.forecast_horizon_s),
-                         max_staleness=timedelta(seconds=policy.carbon.max_staleness_s),
+    return CarbonMonitor(specs, forecast_horizon=timedelta(seconds=carbon.forecast_horizon_s),
+                         max_staleness=timedelta(seconds=carbon.max_staleness_s),
                          cache_dir=carbon_cache_dir(), archive=ForecastArchive(forecast_archive_path()))

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import logging
 import shutil
-import signal
 import tempfile
 import time
 from dataclasses import dataclass
 from functools import partial
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.exceptions import TerminationSignal
 
 from backends.base import Backend
 from backends.errors import NoPermission
@@ -30,28 +28,27 @@ from backends.registry import create_backend
 from carbon.monitor import CarbonMonitor, Reading
 from carbon.series import as_utc
 from flows.run.artifacts import artifact_key, report_markdown
+from flows.run_outcome import run_report
 from flows.deployments.flow_parameters import JsonParametersFlow
 from flows.job.process import JobFailed, JobHandle, start_callable, start_command
-from flows.job.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.job.mode_file import ModeFileChannel
 from flows.run.run_ids import new_run_id
 from flows.sources import monitor_for
-from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, supervise
+from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, run_job
 from flows.job.trials import CostWatchedJob, begin_trial
-from flows.job.windows import CHECKPOINT_DIR_ENV, DEFER_MIN_S, checkpoint_dir, defer_next_window, flow_run_deployment, resumed_run
+from flows.job.windows import CHECKPOINT_DIR_ENV, DEFER_MIN_S, checkpoint_dir, flow_run_deployment, resumed_run
 from plans.errors import BadProfile
 from plans.profile_store import PowerProfile, ProfileStore
-from scheduler.settings.auto_power import job_fingerprint, profiles_dir
-from scheduler.settings.clock_plans import ModePlan, load_clock_plans
-from scheduler.planner.thresholds import Decision, decide
+from scheduler.settings.auto_power import profiles_dir
+from scheduler.settings.clock_plans import ModePlan, load_plan_files
+from scheduler.planner.deciders import first_decision
+from scheduler.planner.thresholds import Decision
 from scheduler.errors import LedgerError
 from scheduler.store.ledger import Ledger
 from scheduler.planner import ModeFigures
-from scheduler.planner.inputs import plans_with_planner, policy_figures
-from scheduler.policy.types import Policy
-from scheduler.policy.checks import job_cwd
+from scheduler.policy.types import AbsoluteRule, Mode, PlanRule, RelativeRule
 from scheduler.policy.loader import load_policy
-from scheduler.report import RunReport, deadline_miss
-from scheduler.policy.sites import policy_at_site
+from scheduler.run_spec import RunSpec, resolve_run
 
 __all__ = ["carbon_aware_training", "new_run_id", "quiet_domain_tracebacks"]
 
@@ -93,9 +90,9 @@ def read_intensity(monitor: CarbonMonitor, now: datetime) -> Reading:
 
 
 @task(name="decide", cache_policy=NO_CACHE)
-def decide_mode(policy: Policy, reading: Reading, now: datetime, deadline: datetime | None) -> Decision:
-    return decide(policy, reading.series, now=now, start_at=now,
-                  remaining_work_s=policy.job.expected_duration_s, deadline=deadline)
+def decide_mode(rule: AbsoluteRule | RelativeRule, modes: Mapping[str, Mode], expected_s: float, reading: Reading,
+                now: datetime, deadline: datetime | None) -> Decision:
+    return first_decision(rule, modes, reading.series, expected_s=expected_s, now=now, deadline=deadline)
 
 
 @task(name="wait until start", cache_policy=NO_CACHE)
@@ -111,51 +108,45 @@ def wait_until(start_at: datetime, now: Callable[[], datetime] = _utcnow, sleep:
 
 
 @task(name="run job under policy", cache_policy=NO_CACHE)
-def run_supervised(policy: Policy, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision | None,
-                   reading: Reading, command: list[str] | None, deadline: datetime | None, out: SupervisedRun,
-                   clock_plans: dict[str, ModePlan] | None = None, power_profile: PowerProfile | None = None,
-                   fingerprint: str = "", figures: list[ModeFigures] | None = None, run_id: str = "",
-                   defer_pauses_over_s: float | None = None, ledger_path: str | None = None,
-                   policy_dir: Path | None = None) -> SupervisedRun:
+def run_supervised(spec: RunSpec, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision | None,
+                   reading: Reading, deadline: datetime | None, out: SupervisedRun, prepared: "_Prepared", run_id: str,
+                   defer_pauses_over_s: float | None, ledger_path: str | None) -> SupervisedRun:
     logger = get_run_logger()
     caps = backend.capabilities()
-
+    job = spec.job
     progress_path = Path(tempfile.mkdtemp(prefix="gridshift-")) / "progress"
-    trial = begin_trial(policy, fingerprint, caps, ledger_path=ledger_path, run_id=run_id, measured=backend.measured)
+    trial = begin_trial(job, caps, auto_batch_size=spec.auto_batch_size, ledger_path=ledger_path, run_id=run_id,
+                        measured=backend.measured)
     if trial is not None:
         logger.info("batch size %d (%s): %s", trial.proposal.batch_size, trial.proposal.phase, trial.proposal.reason)
-    channel = ModeFileChannel(progress_path.parent, mode_batch_sizes(policy, trial.proposal.batch_size if trial else None),
-                              {m: p.path for m, p in (clock_plans or {}).items()})
+    channel = ModeFileChannel(progress_path.parent, spec.batch_sizes(trial.proposal.batch_size if trial else None),
+                              {m: p.path for m, p in prepared.clock_plans.items()})
     watched: list[CostWatchedJob] = []
-    argv = command or policy.job.command
-    pausable = policy.job.checkpointable and bool(argv)  # the loader refuses a checkpointable callable
     # a checkpointable job gets its grace period to write the checkpoint; others the usual one
-    grace = {"kill_grace_s": policy.job.stop_grace_s} if pausable else {}
+    grace = {"kill_grace_s": job.stop_grace_s} if job.pausable else {}
 
     def start_job(env: dict[str, str]) -> JobHandle | CostWatchedJob:
-        job_env = {**policy.job.env, **env, PROGRESS_ENV: str(progress_path)}
-        if pausable:
+        job_env = {**job.env, **env, PROGRESS_ENV: str(progress_path)}
+        if job.pausable:
             job_env[CHECKPOINT_DIR_ENV] = str(checkpoint_dir(run_id))
-        if not argv:
-            assert policy.job.callable is not None
+        if not job.argv:
+            assert job.callable is not None
             if trial is not None and trial.beta is not None:
                 out.warnings.append("batch-size early stop needs a command job: a callable cannot be stopped")
-            return start_callable(policy.job.callable, env=job_env, on_line=logger.info)
-        # the policy's own command runs where its relative paths point: job.workdir, else the policy's folder
-        cwd = policy.job.workdir if command else job_cwd(policy.job, policy_dir)
-        handle = start_command(argv, on_line=logger.info, env=job_env, cwd=cwd, **grace)
+            return start_callable(job.callable, env=job_env, on_line=logger.info)
+        handle = start_command(list(job.argv), on_line=logger.info, env=job_env, cwd=job.cwd, **grace)
         if trial is None:
             return handle
         watched.append(trial.watch(handle, backend.energy_mj))
         return watched[-1]
 
     try:
-        run = supervise(policy=policy, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
-                        first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
-                        out=out, progress=progress_file_reader(progress_path),
-                        clock_plans=clock_plans, power_profile=power_profile, fingerprint=fingerprint,
-                        profile_dir=profiles_dir(), figures=figures, pausable=pausable,
-                        defer_pauses_over_s=defer_pauses_over_s, mode_file=channel)
+        run = run_job(spec=spec, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
+                      first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
+                      out=out, progress=progress_file_reader(progress_path), clock_plans=prepared.clock_plans,
+                      power_profile=prepared.power_profile, fingerprint=job.fingerprint, profile_dir=profiles_dir(),
+                      figures=prepared.figures, pausable=job.pausable, defer_pauses_over_s=defer_pauses_over_s,
+                      mode_file=channel)
     finally:
         if trial is not None:  # recorded whatever happened, so a pending trial never lingers
             result, _ = channel.result()
@@ -206,9 +197,9 @@ def _probe_control(backend: Backend, require_control: bool = False) -> _Control:
     return _Control(False, f"cannot change GPU settings ({caps.control_note or 'no permission'}); running measure-only")
 
 
-def _stored_power_profile(policy: Policy, backend: Backend, fingerprint: str) -> tuple[PowerProfile | None, str]:
+def _stored_power_profile(auto_power: bool, backend: Backend, fingerprint: str) -> tuple[PowerProfile | None, str]:
     """The stored power-limit profile for this GPU model and job, when a mode selects its limit."""
-    if not any(m.power_limit_select is not None for m in policy.modes.values()):
+    if not auto_power:
         return None, ""
     caps = backend.capabilities()
     if not caps.devices:
@@ -219,19 +210,61 @@ def _stored_power_profile(policy: Policy, backend: Backend, fingerprint: str) ->
         return None, f"power-limit profile unusable, ignored: {exc}"
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:  # from a signal handler
+@dataclass
+class _Prepared:
+    """What the device says before the job starts (see :func:`_prepare`)."""
+
+    control: bool
+    clock_plans: dict[str, ModePlan]
+    power_profile: PowerProfile | None
+    figures: list[ModeFigures]
+
+
+def _prepare(spec: RunSpec, backend: Backend, warnings: list[str], logger: Any) -> _Prepared:
+    """Before the job, against the device: may settings change (else measure-only, with a warning),
+    its clock plans, the stored power profile, the modes' figures. Warnings go to ``warnings`` too."""
+    control = _probe_control(backend, spec.require_control)
+    # now against the device: its clock table and (on real hardware) its GPU model
+    clock_plans = load_plan_files(spec.clock_plan_paths, backend.capabilities())
+    power_profile, profile_warning = _stored_power_profile(spec.auto_power, backend, spec.job.fingerprint)
+    for line in getattr(backend, "recovered", ()):  # journals of killed runs, replayed on open
+        logger.warning("restored settings left by a killed run: %s", line)
+    notes = [profile_warning, control.warning]
+    if not backend.measured:  # in the report too: --json readers see no stderr
+        notes.append(f"backend {backend.name!r} is simulated: energy and carbon figures are modelled, not measured")
+    for note in filter(None, notes):
+        logger.warning(note)
+        warnings.append(note)
+    figures = spec.mode_figures(backend=backend, profile=power_profile)
+    return _Prepared(control.allowed, clock_plans, power_profile, figures)
+
+
+def _restore_and_close(backend: Backend, monitor: CarbonMonitor, uninstall_signal_restore: Callable[[], None],
+                       errors: list[BaseException], warnings: list[str], logger: Any) -> BaseException | None:
+    """Restore the settings found, then close the backend and the monitor; each step on its own, so
+    one failing skips neither the others nor the report. Returns the restore's error, if any."""
+    restore_error: BaseException | None = None
+    try:
         try:
-            return f"terminated by {signal.Signals(exc.code - 128).name}"
-        except ValueError:
-            pass
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted by SIGINT (Ctrl-C)"
-    if isinstance(exc, TerminationSignal):  # Prefect's SIGTERM handler, active while a flow runs
-        return f"terminated by {signal.Signals(exc.signal).name}"
-    if isinstance(exc, JobFailed):  # its message says what happened
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            restore_settings(backend)
+        except (KeyboardInterrupt, SystemExit) as exc:  # a second signal, inside Prefect's task machinery
+            errors.append(exc)
+            backend.restore()  # plainly (the signal handler has restored already; this says whether it held)
+        finally:
+            uninstall_signal_restore()
+    except BaseException as exc:
+        restore_error = exc
+        errors.append(exc)
+        note = f"settings may not be restored: run `gridshift gpu restore` ({type(exc).__name__}: {exc})"
+        logger.warning(note)
+        warnings.append(note)
+    for close in (backend.close, monitor.close):
+        try:
+            close()
+        except BaseException as exc:
+            errors.append(exc)
+            logger.warning("cleanup failed: %s: %s", type(exc).__name__, exc)
+    return restore_error
 
 
 def _utc(iso: str | None) -> datetime | None:
@@ -270,25 +303,25 @@ def carbon_aware_training(
     sites; the run reads that site's grid.
     """
     logger = get_run_logger()
-    policy = policy_at_site(load_policy(policy_path), site)
-    load_clock_plans(policy, policy_path)  # bad plan files are bad input: fail before any waiting
+    spec = resolve_run(load_policy(policy_path), policy_path=policy_path, site=site, command=command,
+                       backend_name=backend_name)
+    load_plan_files(spec.clock_plan_paths)  # bad plan files are bad input: fail before any waiting
     run_id = run_id or new_run_id()
     nominal = _utc(nominal_start) or _utcnow()
-    deadline = nominal + timedelta(seconds=policy.job.deadline_s) if policy.job.deadline_s else None
-    earliest = nominal + timedelta(seconds=policy.job.earliest_start_s)
-    monitor = monitor_for(policy)  # a bad carbon source is bad input: fail before any waiting
+    deadline = spec.job.deadline(nominal)
+    monitor = monitor_for(spec.carbon)  # a bad carbon source is bad input: fail before any waiting
     try:
         if not start_now:  # a waiting run must be a Scheduled flow run in Prefect, not a sleeping worker
-            wait_until(max(_utc(planned_start) or _utcnow(), earliest))
+            wait_until(max(_utc(planned_start) or _utcnow(), spec.job.earliest(nominal)))
         now = _utcnow()  # read and decide for the moment the job really starts, not the nominal time
         reading = read_intensity(monitor, now)
         for failure in reading.failures:
             logger.warning("carbon source failed over: %s", failure)
         decision = None
-        if not plans_with_planner(policy):  # threshold rules; the planner plans inside the run
-            decision = decide_mode(policy, reading, now, deadline)
+        if not isinstance(spec.rules, PlanRule):  # threshold rules open here; the planner plans inside the run
+            decision = decide_mode(spec.rules, spec.modes, spec.job.expected_duration_s, reading, now, deadline)
             logger.info("decision: %s mode — %s", decision.mode, decision.reason)
-        backend = create_backend(backend_name or policy.backend.name, **policy.backend.options)
+        backend = create_backend(spec.backend_name, **spec.backend_options)
     except BaseException:
         monitor.close()
         raise
@@ -299,108 +332,22 @@ def carbon_aware_training(
     errors: list[BaseException] = []
     uninstall_signal_restore: Callable[[], None] = lambda: None
     try:
-        control = _probe_control(backend, policy.backend.require_control)
-        # now against the device: its clock table and (on real hardware) its GPU model
-        clock_plans = load_clock_plans(policy, policy_path, backend.capabilities())
-        fingerprint = job_fingerprint(policy.job.name, command or policy.job.command or policy.job.callable)
-        power_profile, profile_warning = _stored_power_profile(policy, backend, fingerprint)
-        for line in getattr(backend, "recovered", ()):  # journals of killed runs, replayed on open
-            logger.warning("restored settings left by a killed run: %s", line)
-        if profile_warning:
-            logger.warning(profile_warning)
-            warnings.append(profile_warning)
-        if control.warning:
-            logger.warning(control.warning)
-            warnings.append(control.warning)
-        if not backend.measured:  # in the report too: --json readers see no stderr
-            note = f"backend {backend.name!r} is simulated: energy and carbon figures are modelled, not measured"
-            logger.warning(note)
-            warnings.append(note)
-        figures = policy_figures(policy, backend=backend, profile=power_profile, policy_path=policy_path)
+        prepared = _prepare(spec, backend, warnings, logger)
         started = run.windows[0].start if run.windows else _utcnow()
         # under a deployment a long pause is a Scheduled flow run, not a worker sleeping through it
         defer_over_s = DEFER_MIN_S if flow_run_deployment() is not None else None
         # SIGINT/SIGTERM restore at once from here until the settings are restored below, so that a
         # second signal while the job is stopped or the report is written cannot leave them changed
         uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
-        run_supervised(policy, backend, control.allowed, monitor, decision, reading, command, deadline, run,
-                       clock_plans, power_profile, fingerprint, figures, run_id, defer_over_s, ledger_path,
-                       Path(policy_path).absolute().parent)
+        run_supervised(spec, backend, prepared.control, monitor, decision, reading, deadline, run, prepared, run_id,
+                       defer_over_s, ledger_path)
     except BaseException as exc:  # the report is still written, then the flow fails
         errors.append(exc)
     ended = _utcnow()
-    # each cleanup step on its own: one failing must not skip the others or the report
-    restore_error: BaseException | None = None
-    try:
-        try:
-            restore_settings(backend)
-        except (KeyboardInterrupt, SystemExit) as exc:  # a second signal, inside Prefect's task machinery
-            errors.append(exc)
-            backend.restore()  # plainly (the signal handler has restored already; this says whether it held)
-        finally:
-            uninstall_signal_restore()
-    except BaseException as exc:
-        restore_error = exc
-        errors.append(exc)
-        note = f"settings may not be restored: run `gridshift gpu restore` ({type(exc).__name__}: {exc})"
-        logger.warning(note)
-        warnings.append(note)
-    for close in (backend.close, monitor.close):
-        try:
-            close()
-        except BaseException as exc:
-            errors.append(exc)
-            logger.warning("cleanup failed: %s: %s", type(exc).__name__, exc)
-    parts: list[str] = []
-    # the job's own non-zero exit (re-raised by its task) is described below, with the trial's note first
-    job_exit = bool(errors) and isinstance(errors[0], JobFailed) and run.exit_code not in (0, None)
-    if errors and errors[0] is not restore_error and not job_exit:  # the run's own error (or a close's) comes first
-        parts.append(_describe(errors[0]))
-    elif run.extra.get("batch_size_trial", {}).get("outcome") == "stopped":
-        parts.append(run.extra["batch_size_trial"]["note"])
-    elif run.exit_code not in (0, None):
-        parts.append(str(JobFailed(run.exit_code, run.tail)))
-    if restore_error is not None:
-        parts.append(f"settings may not be restored: run `gridshift gpu restore` "
-                     f"({type(restore_error).__name__}: {restore_error})")
-    error = "; ".join(parts)
-    paused = run.next_window is not None and not error
-    status = "paused" if paused else "completed" if (run.exit_code == 0 and not error) else "failed"
-    raised: BaseException | None = errors[0] if errors else None
-    if raised is None and status not in ("completed", "paused"):
-        raised = JobFailed(run.exit_code if run.exit_code is not None else 1, run.tail)
-    warnings.extend(run.warnings)
-    late_s, late_warning = deadline_miss(ended, deadline)
-    if late_warning:
-        logger.warning(late_warning)
-        warnings.append(late_warning)
-    energy_j = run.energy_j
-    extra = {**(report_extra or {}), **run.extra}
-    fused = [n for n in reading.notes if n.startswith("forecast:fused")]
-    if fused:  # the forecast the plans stood on, and its record, in one sentence
-        extra["forecast"] = fused[0]
-    if raised is not None:  # so the CLI can map e.g. a GPU lost mid-run to its exit code
-        extra["error_type"] = f"{type(raised).__module__}:{type(raised).__qualname__}"
-    if paused:
-        assert run.next_window is not None
-        try:
-            extra["next_window"] = defer_next_window(run, run_id=run_id, nominal=nominal)
-            logger.info("paused: the next window is flow run %s, scheduled for %s UTC",
-                        extra["next_window"]["flow_run_id"], f"{run.next_window:%Y-%m-%d %H:%M}")
-        except Exception as exc:  # recorded as a failed run, so the work done so far is not lost silently
-            status, error = "failed", f"could not schedule the next window: {type(exc).__name__}: {exc}"
-            raised = exc
-    report = RunReport(
-        run_id=run_id, policy=str(policy_path), job=policy.job.name, status=status, backend=backend.name,
-        measured=backend.measured, nominal_start=nominal, started_at=started, ended_at=ended,
-        deferred_s=(started - nominal).total_seconds(), duration_s=(ended - started).total_seconds(),
-        energy_j=energy_j, carbon_g=run.carbon_g,
-        intensity_g_per_kwh=(run.carbon_g / energy_j * 3.6e6) if energy_j > 0 else reading.current.g_per_kwh,
-        intensity_kind=reading.current.kind, intensity_source=reading.current.source or reading.source,
-        modes=tuple(run.spans), decision_reason=run.reason or (decision.reason if decision else ""),
-        exit_code=run.exit_code, error=error, warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=extra,
-        windows=tuple(run.windows), late_s=late_s,
-    ).to_json()
+    restore_error = _restore_and_close(backend, monitor, uninstall_signal_restore, errors, warnings, logger)
+    report, raised = run_report(spec, run, reading=reading, decision=decision, backend=backend, run_id=run_id,
+                             nominal=nominal, started=started, ended=ended, deadline=deadline, errors=errors,
+                             restore_error=restore_error, warnings=warnings, report_extra=report_extra, logger=logger)
     try:
         write_ledger(report, ledger_path)
     except BaseException as exc:
@@ -414,3 +361,4 @@ def carbon_aware_training(
     if raised is not None:
         raise raised
     return report
+

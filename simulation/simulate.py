@@ -7,9 +7,11 @@ For every cron occurrence whose whole window lies inside the trace, each strateg
 - **static_efficiency**: nominal start, the mode with the least energy per unit of work that meets
   the deadline: what a user picks with no carbon data at all;
 - **best_static**: one mode and one start, the best pair with perfect foresight;
-- **threshold**: the old rule (:func:`scheduler.planner.thresholds.decide`: start from ``best_start_over_modes``
-  on the forecast, then percentile thresholds every interval), with the policy's clean/dirty modes;
-- **gridshift**: the planner (:func:`scheduler.planner.plan_slots`, the flow's code) where the
+- **threshold**: the old rule (start from ``best_start_over_modes`` on the forecast, then the flow's
+  :class:`scheduler.planner.deciders.ThresholdDecider`, percentile thresholds every interval), with the
+  policy's clean/dirty modes;
+- **gridshift**: the planner (:func:`scheduler.planner.plan_slots` on the flow's inputs,
+  :func:`scheduler.planner.deciders.plan_inputs`, from the same :class:`scheduler.run_spec.RunSpec`) where the
   product calls it: once at the earliest start to choose the start (the deployment's planning run),
   then every ``rules.interval_s`` of the run a fresh forecast and a fresh plan with the work left, the
   running mode (dwell) and the deadline margin; it executes the plan until the next decision;
@@ -27,7 +29,7 @@ import math
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
@@ -35,12 +37,12 @@ import numpy as np
 
 from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.policy.cron import cron_occurrences
-from scheduler.planner.thresholds import ModeState, decide
 from scheduler.errors import PolicyError
 from scheduler.planner.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, plan_slots
-from scheduler.planner.inputs import plan_constraints
-from scheduler.policy.types import PlanRule, Policy, RelativeRule
+from scheduler.planner.deciders import ThresholdDecider, plan_inputs
+from scheduler.run_spec import RunSpec, resolve_run
+from scheduler.policy.types import AbsoluteRule, PlanRule, Policy, RelativeRule
 from scheduler.planner.shifting import best_start_over_modes
 from simulation.sim_forecast import GridForecaster, StartGate, start_window
 
@@ -291,10 +293,12 @@ def _threshold_policy(policy: Policy) -> Policy:
     return policy.model_copy(update={"rules": relative})
 
 
-def _threshold(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeFigures], forecaster: GridForecaster,
+def _threshold(spec: RunSpec, truth: _Grid, t0: datetime, modes: Sequence[ModeFigures], forecaster: GridForecaster,
                *, nominal_s: float, min_gain: float, kind: str) -> JobOutcome:
-    """The old rule: best_start_over_modes on the forecast at the earliest start, then decide() every interval."""
-    job, rule = policy.job, policy.rules
+    """The old rule: best_start_over_modes on the forecast at the earliest start, then the threshold
+    decider (:class:`scheduler.planner.deciders.ThresholdDecider`) every interval."""
+    job, rule = spec.job, spec.rules
+    assert isinstance(rule, (AbsoluteRule, RelativeRule))
     idx = {m.name: i for i, m in enumerate(modes)}
     power = {m.name: m.power_w for m in modes}
     slowdown = {m.name: 1.0 / m.speed for m in modes}
@@ -314,8 +318,11 @@ def _threshold(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
                                     safety_margin_s=None)
     start_s = origin_s + plan.start_s
     horizon_s = getattr(rule, "horizon_s", rule.interval_s)
-    guard = t0 + timedelta(seconds=deadline_s - min(rule.interval_s, 0.05 * work_s))
-    t, left, state = start_s, work_s, ModeState()
+    # the flow's threshold decider, with the guard a fraction of the job before the deadline
+    decider = ThresholdDecider(rule, spec.modes, expected_s=work_s, interval_s=rule.interval_s,
+                               deadline=t0 + timedelta(seconds=deadline_s), slowdown=slowdown,
+                               guard=t0 + timedelta(seconds=deadline_s - min(rule.interval_s, 0.05 * work_s)))
+    t, left, running = start_s, work_s, None
     spans: list[tuple[float, float, int]] = []
     g = e = 0.0
     while left > 1e-6:
@@ -323,20 +330,19 @@ def _threshold(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
         n = max(int(math.ceil(horizon_s / step)), 1)
         series = _series(forecaster.forecast(truth.values, i, n), t0 + timedelta(seconds=i * step), step, kind)
         now = t0 + timedelta(seconds=t)
-        mode = decide(policy, series, state, now=now, remaining_work_s=left, deadline=guard, slowdown=slowdown).mode
-        state = state.switch(mode, now)
+        mode = running = decider.decide(now, series, running=running, since=None, started_before=False).segments[0].mode
         dt = min(rule.interval_s, left * slowdown[mode])
         g += power[mode] * truth.integral(t, t + dt) / _J_PER_KWH
         e += power[mode] * dt
         left -= dt / slowdown[mode]
+        decider.advance(mode, dt, None)
         spans.append((t, t + dt, idx[mode]))
         t += dt
     return _outcome(nominal_s, deadline_s, spans, g, e, modes)
 
 
-def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeFigures], forecaster: GridForecaster, *,
-               nominal_s: float, objective: Objective, constraints: PlanConstraints, interval_s: float,
-               pace_error: float = 0.0) -> JobOutcome:
+def _gridshift(spec: RunSpec, truth: _Grid, t0: datetime, modes: Sequence[ModeFigures], forecaster: GridForecaster, *,
+               nominal_s: float, interval_s: float, pace_error: float = 0.0) -> JobOutcome:
     """The planner at the moments the product asks it (see the module docstring).
 
     As a deployment does it: one plan at the earliest start chooses the start (the cron's planning
@@ -346,13 +352,12 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
 
     ``pace_error``: the job really runs ``1 + pace_error`` times slower than its figures say in every
     mode. Plans use the figures until the job has run one interval, then the speeds seen (as
-    :class:`flows.progress.WorkTracker` gives a job that reports its progress).
+    :class:`scheduler.planner.deciders.WorkTracker` gives a job that reports its progress).
     """
-    from dataclasses import replace as _replace
-
-    true_modes = tuple(_replace(m, speed=m.speed / (1.0 + pace_error)) for m in modes) if pace_error else tuple(modes)
+    true_modes = tuple(replace(m, speed=m.speed / (1.0 + pace_error)) for m in modes) if pace_error else tuple(modes)
     ran_s = 0.0
-    job = policy.job
+    job, rules, constraints, objective = spec.job, spec.rules, spec.constraints, spec.objective
+    assert isinstance(rules, PlanRule) and constraints is not None
     assert job.deadline_s is not None
     step = truth.step_s
     deadline_s = nominal_s + job.deadline_s
@@ -361,7 +366,6 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
     pausable = job.checkpointable
     overhead = job.resume_overhead_s if pausable else 0.0
     names = {m.name: k for k, m in enumerate(modes)}
-    clean = names[policy.rules.clean_mode]
     steps = max(int(round(interval_s / slot)), 1)
     t, left = earliest_s, job.expected_duration_s
     mode: int | None = None
@@ -375,18 +379,19 @@ def _gridshift(policy: Policy, truth: _Grid, t0: datetime, modes: Sequence[ModeF
         n_slots = int(math.ceil(max(deadline_s - at, 0.0) / slot)) + 1
         n_grid = int(math.ceil((at + n_slots * slot - i * step) / step)) + 1
         intensity = _Grid(forecaster.forecast(truth.values, i, n_grid), step, i * step).slot_means(at, slot, n_slots)
-        running = mode
-        held = since
-        if started and mode is None and not pausable:
-            running, held = clean, at - constraints.min_dwell_s  # the start has come: only the modes are planned
-        pj = PlanJob(work_s=left, not_before=t0 + timedelta(seconds=max(at, earliest_s)),
-                     deadline=t0 + timedelta(seconds=deadline_s), pausable=pausable, resume_overhead_s=overhead,
-                     running_mode=modes[running].name if running is not None else None,
-                     running_since=t0 + timedelta(seconds=held) if held is not None else None,
-                     resuming=paused, reference_start=t0 + timedelta(seconds=max(nominal_s, earliest_s)))
+        # the flow's planner inputs (scheduler.planner.deciders.plan_inputs): the start has come for a job
+        # that cannot pause, so only the modes are planned
+        pj, cons = plan_inputs(modes, rules=rules, constraints=constraints, pausable=pausable,
+                               resume_overhead_s=overhead, now=t0 + timedelta(seconds=at), work_s=left,
+                               not_before=t0 + timedelta(seconds=max(at, earliest_s)),
+                               deadline=t0 + timedelta(seconds=deadline_s),
+                               running_mode=modes[mode].name if mode is not None else None,
+                               running_since=t0 + timedelta(seconds=since) if since is not None else None,
+                               resuming=paused, start_now=started and not pausable,
+                               reference_start=t0 + timedelta(seconds=max(nominal_s, earliest_s)))
         seen = true_modes if ran_s >= interval_s - 1e-6 else modes  # the pace is measured after one interval
         p = plan_slots(intensity, pj, seen, now=t0 + timedelta(seconds=at), objective=objective,
-                       constraints=constraints, explain=False)
+                       constraints=cons, explain=False)
         return [names[x] if x is not None else -1 for x in p.slot_modes]
 
     if isinstance(forecaster, StartGate):  # do no harm: a forecast whose record shows no start gain keeps the cron start
@@ -483,7 +488,8 @@ class _JobContext:
     """What every job of one simulation shares (sent once to each worker process)."""
 
     policy: Policy
-    threshold_policy: Policy
+    spec: RunSpec  # the planner's run specification, as the flow resolves it
+    threshold_spec: RunSpec  # the threshold strategy's (the policy's own rule, or the default relative one)
     truth: _Grid
     t0: datetime
     modes: tuple[ModeFigures, ...]
@@ -515,10 +521,9 @@ def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
     if "best_static" in ctx.wanted:
         out["best_static"] = best
     if "threshold" in ctx.wanted:
-        out["threshold"] = _threshold(ctx.threshold_policy, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
+        out["threshold"] = _threshold(ctx.threshold_spec, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
                                       min_gain=ctx.min_gain, kind=ctx.kind)
-    out["gridshift"] = _gridshift(ctx.policy, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
-                                  objective=ctx.objective, constraints=ctx.constraints, interval_s=ctx.interval_s,
+    out["gridshift"] = _gridshift(ctx.spec, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns, interval_s=ctx.interval_s,
                                   pace_error=ctx.pace_error)
     # the DP's work quantum may cost it up to max_rounding against a schedule counted exactly; the
     # best single-mode schedule is in its search space, so the oracle is the better of the two
@@ -613,12 +618,13 @@ def simulate(
     plan_rule = rule if isinstance(rule, PlanRule) else PlanRule(clean_mode=rule.clean_mode, dirty_mode=rule.dirty_mode,
                                                                  min_dwell_s=rule.min_dwell_s, interval_s=rule.interval_s,
                                                                  slot_s=step)
-    # the product's constraints, built where the product builds them (the same rounding bound too)
-    constraints = plan_constraints(policy.model_copy(update={"rules": plan_rule}))
-    objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
+    # the run specification the flow resolves: the product's constraints and objective (the same rounding bound too)
+    spec = resolve_run(policy.model_copy(update={"rules": plan_rule}))
+    constraints, objective = spec.constraints, spec.objective
+    assert constraints is not None
     grid_s = _gcd_s(step, plan_rule.slot_s, plan_rule.interval_s, threshold_policy.rules.interval_s)
-    ctx = _JobContext(policy=policy, threshold_policy=threshold_policy, truth=truth, t0=t0, modes=tuple(modes),
-                      forecaster=forecaster, wanted=tuple(wanted), objective=objective, constraints=constraints,
+    ctx = _JobContext(policy=policy, spec=spec, threshold_spec=resolve_run(threshold_policy), truth=truth, t0=t0,
+                      modes=tuple(modes), forecaster=forecaster, wanted=tuple(wanted), objective=objective, constraints=constraints,
                       interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain, kind=trace.kind,
                       pace_error=pace_error)
     offsets = [(n - t0).total_seconds() for n in nominals]

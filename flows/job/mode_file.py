@@ -25,18 +25,9 @@ from plans.job_protocol import (
     read_result_file,
     write_mode_file,
 )
-from scheduler.policy.types import Policy
 from scheduler.report import ModeSpan, settings_phrase
 
-__all__ = ["ModeFileChannel", "mode_batch_sizes"]
-
-
-def mode_batch_sizes(policy: Policy, proposal: int | None) -> dict[str, int | None]:
-    """Each mode's batch size: its own, the run's ``proposal`` for ``batch_size: auto``, or None."""
-    out: dict[str, int | None] = {}
-    for name, mode in policy.modes.items():
-        out[name] = proposal if mode.batch_size == "auto" else mode.batch_size  # type: ignore[assignment]
-    return out
+__all__ = ["ModeFileChannel"]
 
 
 class ModeFileChannel:

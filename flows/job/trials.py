@@ -13,6 +13,7 @@ import math
 import time
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -23,7 +24,7 @@ from plans.batch_size import Proposal
 from plans.job_protocol import JobResult
 from plans.zeus_trace.simulator import zeus_cost
 from scheduler.store.batch_size_history import BatchSizeHistory, batch_size_config, early_stop_cost
-from scheduler.policy.types import Policy
+from scheduler.run_spec import JobRun
 
 __all__ = ["BatchSizeTrial", "CostWatchedJob", "begin_trial", "trial_outcome"]
 
@@ -101,21 +102,22 @@ def trial_outcome(result: JobResult | None, exit_code: int | None, *, stopped: s
     return "missed", False, "the job ended without reaching its target"
 
 
-def begin_trial(policy: Policy, fingerprint: str, caps: Capabilities, *, ledger_path: str | None, run_id: str,
+def begin_trial(job: JobRun, caps: Capabilities, *, auto_batch_size: bool, ledger_path: str | None, run_id: str,
                 measured: bool) -> BatchSizeTrial | None:
     """The trial of this run when a mode says ``batch_size: auto`` (else None), recorded as pending."""
-    search = policy.job.batch_size_search
-    if search is None or not any(m.batch_size == "auto" for m in policy.modes.values()):
+    search = job.batch_size_search
+    if search is None or not auto_batch_size:
         return None
-    stale_after_s = max(STALE_PENDING_S, 4 * policy.job.expected_duration_s)
+    fingerprint = job.fingerprint
+    stale_after_s = max(STALE_PENDING_S, 4 * job.expected_duration_s)
     with BatchSizeHistory(ledger_path) as history:
-        seen = len(history.rows(policy.job.name, fingerprint))
+        seen = len(history.rows(job.name, fingerprint))
         # reproducible per (job, recurrence), different across recurrences
-        rng = np.random.default_rng([zlib.crc32(f"{policy.job.name}|{fingerprint}".encode()), seen])
-        trial_id, proposal = history.begin(policy.job.name, batch_size_config(search), rng, fingerprint=fingerprint,
+        rng = np.random.default_rng([zlib.crc32(f"{job.name}|{fingerprint}".encode()), seen])
+        trial_id, proposal = history.begin(job.name, batch_size_config(search), rng, fingerprint=fingerprint,
                                            run_id=run_id, stale_after_s=stale_after_s)
-        bound = early_stop_cost(history.history(policy.job.name, fingerprint), search.beta)
-    return BatchSizeTrial(ledger_path=ledger_path, job=policy.job.name, fingerprint=fingerprint, trial_id=trial_id,
+        bound = early_stop_cost(history.history(job.name, fingerprint), search.beta)
+    return BatchSizeTrial(ledger_path=ledger_path, job=job.name, fingerprint=fingerprint, trial_id=trial_id,
                           proposal=proposal, eta=search.eta, beta=search.beta, max_power_w=max_power_w(caps),
                           cost_bound=bound, measured=measured)
 

@@ -1,30 +1,35 @@
 """The policy's questions to the planner: pure, time and forecast are arguments.
 
 :func:`plan_policy_job` turns a policy plus the run's state (work left, not-before, deadline, the
-mode running now) into one :func:`scheduler.planner.plan_run` call; the flow's re-planning loop
-(:mod:`flows.supervise`), ``gridshift deploy``/``serve`` and the nightly flow all come through here,
-so the objective, the constraints and the no-deadline rule are read from the policy in one place.
+mode running now) into one :func:`scheduler.planner.plan_run` call, through the same
+:func:`scheduler.planner.deciders.plan_work` the running flow's decider calls, so ``gridshift
+deploy``/``serve``, placement and the nightly flow plan with the objective, the constraints and the
+no-deadline rule of the run itself.
 
 :func:`plan_start` answers "when should the occurrence nominally at ``nominal`` start": the start of
 the planner's plan (threshold policies, ``rules.kind: absolute|relative``, keep the start-time
-shifting of :func:`scheduler.planner.thresholds.decide`). :func:`plan_runs` lists the coming occurrences of a
-recurring job for ``gridshift serve``.
+shifting of :func:`scheduler.planner.thresholds.decide`); :func:`gate_start` keeps the cron start instead when
+the forecast's record shows no start gain (do no harm). :func:`plan_runs` lists the coming
+occurrences of a recurring job for ``gridshift serve``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
+from carbon.forecasts.skill import trusts_start
 from scheduler.planner.thresholds import Decision, decide
-from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, plan_run
+from scheduler.planner.deciders import plan_work
+from scheduler.run_spec import resolve_run, rule_constraints
+from scheduler.planner import ModeFigures, Objective, PlanConstraints, RunPlan
 from scheduler.policy.cron import next_runs
 from scheduler.policy.types import JobSpec, PlanRule, Policy
 from scheduler.service.serve import PlannedRun, nominal_runs
 
-__all__ = ["StartChoice", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
+__all__ = ["StartChoice", "gate_start", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
            "plans_with_planner", "policy_figures", "run_key"]
 
 
@@ -54,14 +59,8 @@ def plans_with_planner(policy: Policy) -> bool:
 
 def plan_constraints(policy: Policy) -> PlanConstraints:
     """The planner's constraints for a planning policy: one place, for the flow, deploy, serve and simulate."""
-    rules = policy.rules
-    if not isinstance(rules, PlanRule):
-        raise ValueError(f"rules.kind {rules.kind!r} decides by thresholds (scheduler.planner.thresholds), not by the planner")
-    # a job that reports its progress is re-planned at the pace measured, every interval: its margin
-    # may be kept as a reserve for a slowdown of margin / duration (scheduler.planner.pace_reserve_holds)
-    tolerance = rules.deadline_margin_s / policy.job.expected_duration_s if policy.job.reports_progress else 0.0
-    return PlanConstraints(min_dwell_s=rules.min_dwell_s, deadline_margin_s=rules.deadline_margin_s, slot_s=rules.slot_s,
-                           min_gain=rules.min_gain, pace_tolerance=tolerance, replan_s=rules.interval_s)
+    return rule_constraints(policy.rules, reports_progress=policy.job.reports_progress,
+                            expected_duration_s=policy.job.expected_duration_s)
 
 
 def plan_policy_job(
@@ -84,7 +83,7 @@ def plan_policy_job(
     """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
 
     ``pausable`` defaults to ``job.checkpointable``. A job without a deadline starts at once
-    (:class:`scheduler.policy.types.JobSpec`): it is planned against the finish of its slowest mode from
+    (:class:`scheduler.policy.JobSpec`): it is planned against the finish of its slowest mode from
     ``not_before``, so the planner chooses its modes but has no room to shift it. ``start_now``: the
     start is not the planner's to choose (a flow run whose start has come: the start was chosen by
     deploy/serve, or the user ran it now); it plans the modes from ``now`` on, as if the job were
@@ -93,30 +92,14 @@ def plan_policy_job(
     ``pace_measured=False``: the run has seen no progress report, so the margin is kept as time
     before the deadline even where ``job.reports_progress`` would allow a pace reserve.
     """
-    if start_now and running_mode is None:
-        running_mode = policy.rules.clean_mode
-        running_since = now - timedelta(seconds=policy.rules.min_dwell_s)
-    constraints = plan_constraints(policy)
-    if not pace_measured:
-        constraints = replace(constraints, pace_tolerance=0.0)
-    if deadline is None:
-        slowest = min(f.speed for f in figures)
-        deadline = max(now, not_before) + timedelta(seconds=work_s / slowest + constraints.slot_s)
-        pausable = False
-        constraints = replace(constraints, deadline_margin_s=0.0)  # no deadline the user set: nothing to keep a margin before
-    # past the deadline the plan can only be the fastest finish; the planner wants a deadline ahead
-    deadline = max(deadline, now)
-    job = PlanJob(work_s=max(work_s, 1.0), not_before=not_before, deadline=deadline,
-                  pausable=policy.job.checkpointable if pausable is None else pausable,
-                  resume_overhead_s=policy.job.resume_overhead_s,
-                  running_mode=running_mode, running_since=running_since, resuming=resuming,
-                  reference_start=reference_start)
-    objective = Objective(time_value_g_per_h=policy.objective.time_value_g_per_h)
-    # a margin reaching back past now leaves no room, which the planner answers by dropping it: do
-    # so here already, so it never sees a horizon that ends before now
-    left_s = (deadline - now).total_seconds()
-    constraints = replace(constraints, deadline_margin_s=min(constraints.deadline_margin_s, left_s))
-    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints)
+    constraints = plan_constraints(policy)  # refuses threshold rules
+    assert isinstance(policy.rules, PlanRule)
+    return plan_work(series, figures, rules=policy.rules, constraints=constraints,
+                     objective=Objective(time_value_g_per_h=policy.objective.time_value_g_per_h),
+                     pausable=policy.job.checkpointable if pausable is None else pausable,
+                     resume_overhead_s=policy.job.resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
+                     deadline=deadline, running_mode=running_mode, running_since=running_since, resuming=resuming,
+                     start_now=start_now, reference_start=reference_start, pace_measured=pace_measured)
 
 
 @dataclass(frozen=True)
@@ -140,15 +123,8 @@ def policy_figures(policy: Policy, *, backend: Any = None, profile: Any = None,
     ``all_limits`` adds each of its measured limits as a candidate mode (``limit_<W>w``), where the
     default keeps to the policy's own modes.
     """
-    from backends.simulated import SimulatedBackend
-    from scheduler.planner.mode_figures import figures_for_policy
-
-    if profile is not None and hasattr(profile, "to_json"):
-        profile = profile.to_json()
-    model = backend if backend is not None and hasattr(backend, "operating_point") else SimulatedBackend()
-    caps = backend.capabilities() if model is backend else None
-    return figures_for_policy(policy, caps=caps, backend=model, profile=profile, policy_path=policy_path,
-                              all_limits=all_limits)
+    return resolve_run(policy, policy_path=policy_path).mode_figures(backend=backend, profile=profile,
+                                                                      all_limits=all_limits)
 
 
 def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime,
@@ -171,6 +147,19 @@ def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, no
                            reference_start=max(nominal, earliest))
     first_mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode
     return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=plan.reason, plan=plan)
+
+
+def gate_start(choice: StartChoice, *, share: float | None, nights: int, nominal: datetime, now: datetime,
+               clean_mode: str) -> StartChoice:
+    """Do no harm: ``choice`` unless the forecast's record shows no start gain (``nights`` scored
+    nights, of which it captured ``share`` of the perfect-foresight start gain; see
+    :func:`carbon.forecasts.skill.trusts_start`); then the cron start is kept and the run still chooses its modes."""
+    if trusts_start(share, nights):
+        return choice
+    return StartChoice(start_at=max(nominal, now), mode=clean_mode,
+                       reason=f"the cron start is kept: over {nights} nights the fused forecast captured "
+                              f"{share or 0.0:.0%} of the possible start gain (do no harm); "
+                              "the run still chooses its modes")
 
 
 def _threshold_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime, earliest: datetime,

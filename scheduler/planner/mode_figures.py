@@ -31,7 +31,7 @@ from scheduler.errors import PolicyError
 from scheduler.planner import ModeFigures
 from scheduler.policy.types import Mode, Policy
 
-__all__ = ["DECLARED", "LimitPoint", "figures_for_policy", "limit_modes", "read_limit_profile", "read_zeus_csv"]
+__all__ = ["DECLARED", "LimitPoint", "figures_for_modes", "figures_for_policy", "limit_modes", "read_limit_profile", "read_zeus_csv"]
 
 #: how figures typed by hand (a ``{"modes": ...}`` file) are labelled: neither measured nor modelled
 DECLARED = "declared"
@@ -197,13 +197,22 @@ def limit_modes(figures: list[ModeFigures]) -> dict[str, Mode]:
 def figures_for_policy(policy: Policy, *, caps: Any = None, backend: Any = None,
                        profile: str | Path | dict[str, Any] | None = None, policy_path: str | Path | None = None,
                        all_limits: bool = True) -> list[ModeFigures]:
-    """Figures for every policy mode (and, from a power-limit profile, every measured limit).
+    """Figures for every policy mode (and, from a power-limit profile, every measured limit):
+    :func:`figures_for_modes` with the policy's modes and reference mode."""
+    return figures_for_modes(dict(policy.modes), policy.rules.clean_mode, caps=caps, backend=backend, profile=profile,
+                             policy_path=policy_path, all_limits=all_limits)
+
+
+def figures_for_modes(modes: dict[str, Mode], ref_name: str, *, caps: Any = None, backend: Any = None,
+                      profile: str | Path | dict[str, Any] | None = None, policy_path: str | Path | None = None,
+                      all_limits: bool = True) -> list[ModeFigures]:
+    """Figures for every mode of ``modes`` (and, from a power-limit profile, every measured limit),
+    speeds relative to the reference mode ``ref_name``.
 
     ``backend`` (with ``capabilities()``, ``operating_point()``, ``slowdown()``) is the last resort
     and the reference for a DVFS plan's relative prediction. Raises PolicyError when a mode has no
     figures from any source.
     """
-    ref_name = policy.rules.clean_mode
     points, mode_table, label = (None, None, "")
     if profile is not None:
         points, mode_table, label = read_limit_profile(profile)
@@ -224,18 +233,18 @@ def figures_for_policy(policy: Policy, *, caps: Any = None, backend: Any = None,
         max_limit = max(p.power_limit_w for p in points)
         if caps is not None and caps.power_limit_range_w:
             max_limit = float(caps.power_limit_range_w[1])
-        for name, mode in policy.modes.items():
+        for name, mode in modes.items():
             limit = _limit_of(mode, max_limit)
             if limit is None:
                 continue
             p, t, exact = _interp(points, limit)
             raw[name] = (p, t, f"measured profile {label}" + ("" if exact else f" (interpolated at {limit:.0f} W)"), exact)
         if all_limits:
-            taken = {round(_limit_of(m, max_limit) or -1) for m in policy.modes.values()}
+            taken = {round(_limit_of(m, max_limit) or -1) for m in modes.values()}
             for pt in _useful(points):
                 if round(pt.power_limit_w) not in taken:
                     raw[f"limit_{pt.power_limit_w:g}w"] = (pt.power_w, pt.time_s, f"measured profile {label}", True)
-    for name, mode in policy.modes.items():
+    for name, mode in modes.items():
         if name in raw or mode.clock_plan is None:
             continue
         from plans.dvfs.plan_file import load_mode_plan
@@ -245,17 +254,17 @@ def figures_for_policy(policy: Policy, *, caps: Any = None, backend: Any = None,
         except Exception as exc:  # the plan reader's own errors name the file
             raise PolicyError(f"modes.{name}.clock_plan: {exc}") from None
         pred = plan.prediction
-        base = raw.get(ref_name) or (_backend_figures(policy.modes[ref_name], backend, caps, n_dev) if backend else None)
+        base = raw.get(ref_name) or (_backend_figures(modes[ref_name], backend, caps, n_dev) if backend else None)
         if base is None:
             continue
         raw[name] = (base[0] * (pred.energy_j / pred.reference_energy_j) * (pred.reference_time_s / pred.time_s),
                      base[1] * pred.time_s / pred.reference_time_s,
                      f"DVFS plan {Path(mode.clock_plan).name} (predicted)", False)
     if backend is not None:
-        for name, mode in policy.modes.items():
+        for name, mode in modes.items():
             if name not in raw:
                 raw[name] = _backend_figures(mode, backend, caps, n_dev)
-    missing = [n for n in policy.modes if n not in raw]
+    missing = [n for n in modes if n not in raw]
     if missing:
         raise PolicyError(f"modes.{missing[0]}: no power/speed figures (give a profile, a clock_plan or a backend model)")
     if ref_name not in raw:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Mapping
 
 from carbon.series import IntensityPoint, IntensitySeries
-from scheduler.policy.types import AbsoluteRule, Policy, RelativeRule
+from scheduler.policy.types import AbsoluteRule, Mode, Policy, RelativeRule
 
-__all__ = ["ModeState", "Decision", "decide", "classify", "percentile_rank"]
+__all__ = ["ModeState", "Decision", "decide", "decide_by_rule", "classify", "percentile_rank"]
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,9 @@ def classify(value: float, clean_below: float, dirty_above: float) -> str:
     return "band"
 
 
-def _measure(policy: Policy, series: IntensitySeries, point: IntensityPoint, now: datetime) -> tuple[float, float, float, str]:
+def _measure(rule: AbsoluteRule | RelativeRule, series: IntensitySeries, point: IntensityPoint,
+             now: datetime) -> tuple[float, float, float, str]:
     """(score, clean threshold, dirty threshold, how the score was measured)."""
-    rule = policy.rules
     if isinstance(rule, AbsoluteRule):
         return (point.g_per_kwh, rule.clean_below_g_per_kwh, rule.dirty_above_g_per_kwh,
                 f"{point.g_per_kwh:.0f} g/kWh ({point.kind})")
@@ -114,7 +114,29 @@ def decide(
     within ``[earliest, deadline - work]`` by :func:`scheduler.planner.shifting.best_start` on ``series``
     (the forecast), with ``now`` as the reference start; otherwise ``now``.
     """
-    rule = policy.rules
+    rule: Any = policy.rules  # a planner's rule fails in _measure, as it always did
+    return decide_by_rule(rule, policy.modes, series, state, now=now, remaining_work_s=remaining_work_s,
+                          deadline=deadline, slowdown=slowdown, start_at=start_at, earliest=earliest,
+                          shift_step_s=shift_step_s, min_gain=min_gain)
+
+
+def decide_by_rule(
+    rule: AbsoluteRule | RelativeRule,
+    modes: Mapping[str, Mode],
+    series: IntensitySeries,
+    state: ModeState = ModeState(),
+    *,
+    now: datetime,
+    remaining_work_s: float | None = None,
+    deadline: datetime | None = None,
+    slowdown: Mapping[str, float] | None = None,
+    start_at: datetime | None = None,
+    earliest: datetime | None = None,
+    shift_step_s: float = 300.0,
+    min_gain: float = 0.03,
+) -> Decision:
+    """:func:`decide` on the threshold ``rule`` and the ``modes`` it switches between (their
+    ``max_slowdown`` is the deadline guard's default slowdown)."""
     clean, dirty = rule.clean_mode, rule.dirty_mode
     shift_note = ""
     if start_at is not None:
@@ -134,7 +156,7 @@ def decide(
         return Decision(mode=mode, start_at=start,
                         reason=f"no intensity available at {now:%Y-%m-%d %H:%M} UTC, so {mode} mode is kept",
                         inputs={"now": now.isoformat()})
-    score, lo, hi, described = _measure(policy, series, point, now)
+    score, lo, hi, described = _measure(rule, series, point, now)
     zone = classify(score, lo, hi)
     unit = "g/kWh" if isinstance(rule, AbsoluteRule) else "percentile"
     inputs: dict[str, Any] = {
@@ -161,7 +183,7 @@ def decide(
     if remaining_work_s is not None and deadline is not None and mode != clean:
         factor = (slowdown or {}).get(mode)
         if factor is None:
-            factor = 1.0 + (policy.modes[mode].max_slowdown or 0.0)
+            factor = 1.0 + (modes[mode].max_slowdown or 0.0)
         finish = now + timedelta(seconds=remaining_work_s * factor)
         inputs["projected_finish"] = finish.isoformat()
         if finish > deadline:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from backends.types import Capabilities
 from plans.dvfs.errors import PlanFileError
@@ -21,7 +21,7 @@ from plans.job_protocol import CLOCK_PLAN_ENV
 from scheduler.errors import PolicyError
 from scheduler.policy.types import Policy
 
-__all__ = ["CLOCK_PLAN_ENV", "ModePlan", "load_clock_plans", "load_mode_clock_plan"]
+__all__ = ["CLOCK_PLAN_ENV", "ModePlan", "load_clock_plans", "load_mode_clock_plan", "load_plan_files"]
 
 
 
@@ -62,15 +62,20 @@ def load_clock_plans(policy: Policy, policy_path: str | Path | None,
     and on measured hardware its GPU model must match (a simulated GPU stands in for any model).
     Raises :class:`PolicyError` whose message is ``file: message``.
     """
-    out: dict[str, ModePlan] = {}
+    paths: dict[str, Path] = {}
     for name, mode in policy.modes.items():
         if mode.clock_plan is None:
             continue
         path = Path(mode.clock_plan)
         if not path.is_absolute() and policy_path is not None:
             path = Path(policy_path).resolve().parent / path
-        out[name] = load_mode_clock_plan(name, path, caps)
-    return out
+        paths[name] = path
+    return load_plan_files(paths, caps)
+
+
+def load_plan_files(paths: Mapping[str, Path], caps: Capabilities | None = None) -> dict[str, ModePlan]:
+    """Load and check each mode's plan file (``RunSpec.clock_plan_paths``; see :func:`load_clock_plans`)."""
+    return {name: load_mode_clock_plan(name, path, caps) for name, path in paths.items()}
 
 
 def load_mode_clock_plan(mode: str, path: Path, caps: Capabilities | None = None) -> ModePlan:

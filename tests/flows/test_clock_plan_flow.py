@@ -18,12 +18,13 @@ from backends.simulated import SimulatedBackend
 from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.trace import TraceProvider
 from flows.job.process import start_command
-from flows.job.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.job.mode_file import ModeFileChannel
 from flows.supervise import supervise
 from plans.dvfs.plan_file import load_plan
 from scheduler.settings.clock_plans import ModePlan
 from scheduler.planner.thresholds import decide
 from scheduler.policy.types import Policy
+from scheduler.run_spec import resolve_run
 from tests.fakes.clock_plans import make_plan, write_plan
 from tests.flows.test_mode_file import InjectedTimeJob, _signal
 from tests.flows.test_supervise_timeline import FakeClock
@@ -51,7 +52,7 @@ def test_the_job_runs_each_modes_plan_and_the_spans_confirm_it(tmp_path: Path) -
     monitor = CarbonMonitor(sources=[SourceSpec("trace", lambda: TraceProvider(series=_signal(), replay="aligned"))],
                             forecast_horizon=timedelta(hours=6), history_window=timedelta(hours=1))
     reading = monitor.read(clock())
-    channel = ModeFileChannel(tmp_path, mode_batch_sizes(policy, None), plans)
+    channel = ModeFileChannel(tmp_path, resolve_run(policy).batch_sizes(None), plans)
     argv = [sys.executable, str(REPO / "examples" / "train_torch.py"), "--epochs", "4", "--steps-per-epoch", "25",
             "--width", "64", "--mode-poll-s", "0.02"]
     jobs: list[InjectedTimeJob] = []

@@ -17,12 +17,13 @@ from carbon.monitor import CarbonMonitor, SourceSpec
 from carbon.providers.trace import TraceProvider
 from carbon.series import IntensityPoint, IntensitySeries
 from flows.job.process import start_command
-from flows.job.mode_file import ModeFileChannel, mode_batch_sizes
+from flows.job.mode_file import ModeFileChannel
 from flows.job.span_settings import batch_size_settings
 from flows.supervise import supervise
 from plans.job_protocol import BatchSizeAck, GridshiftJob, ModeAnnouncement, read_mode_file
 from scheduler.planner.thresholds import decide
 from scheduler.policy.types import Policy
+from scheduler.run_spec import resolve_run
 from tests.flows.test_supervise_timeline import T0, FakeClock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +81,7 @@ def _supervise(tmp_path: Path, argv: list[str], started: Path):
                             forecast_horizon=timedelta(hours=6), history_window=timedelta(hours=1))
     reading = monitor.read(clock())
     first = decide(policy, reading.series, now=clock(), start_at=clock())
-    channel = ModeFileChannel(tmp_path, mode_batch_sizes(policy, None))
+    channel = ModeFileChannel(tmp_path, resolve_run(policy).batch_sizes(None))
     jobs: list[InjectedTimeJob] = []
     lines: list[str] = []
 
