@@ -168,37 +168,14 @@ def solve_slots(
     hi = np.minimum(W - 1, fast[T] - fast[:T] + 2)
     if running_mode is not None and not pausable:
         hi = np.minimum(hi, W - 1 - F[:T].min(axis=1) + 2 * (ts // D + 2))
-    # the index and cost arrays of a slot's continuation depend only on its modes' credits, which take few patterns
+    # the index and cost arrays of a slot depend only on its modes' credits, which take few patterns
     cont_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    block_of: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
     # per-slot numbers read once for all slots (the loop runs ~170 times a plan, 23 000 plans a 12 h year)
     G1 = F[1:T + 1] - F[:T]
     lo_l, hi_l = lo.tolist(), hi.tolist()
     V3 = V.reshape(T + D + 1, M, W)
-    rw = np.arange(W)
-
-    def entries(g0: int, g1: int) -> None:
-        """SW[t] for every t in g0..g1 at once: a dwell block entered at t reads only V[t + D], and
-        t + D > g1 for all of them, so those rows are final. The same numbers, in the same order of
-        operations, as one slot at a time; the loop below then does only the continuation per slot."""
-        A, B = min(lo_l[g0:g1 + 1]), max(hi_l[g0:g1 + 1]) + 1
-        if B <= A:
-            return
-        tt = np.arange(g0, g1 + 1)
-        rr = rw[A:B]
-        over = rr[None, None, :] - CF[g0:g1 + 1, D, :, None]                          # (n, M, w): work left past the block
-        block = V[(tt + D)[:, None, None], base[None] + np.maximum(over, 0)]
-        block += (cum[tt + D] - cum[tt])[:, None, None] * (e_col[None] * (over > 0))
-        if A < Rf:
-            n = min(B, Rf) - A
-            np.copyto(block[:, :, :n], fin_all[g0:g1 + 1, :, A:A + n], where=fin_mask[g0:g1 + 1, :, A:A + n])
-        inband = (rr[None, :] >= lo[g0:g1 + 1, None]) & (rr[None, :] <= hi[g0:g1 + 1, None])
-        SW[g0:g1 + 1, A:B] = np.where(inband, block.min(axis=1), inf)
-
-    g_lo = T
     for t in range(T - 1, -1, -1):
-        if t < g_lo:
-            g_lo = max(t - D + 1, 0)
-            entries(g_lo, t)
         a, b = lo_l[t], hi_l[t] + 1
         if b <= a:
             continue
@@ -213,8 +190,20 @@ def solve_slots(
         cont += c[t] * e_c[:, a:b]
         if tv:
             cont += tv * (f_c[:, a:b] + t * (f_c[:, a:b] > 0))
+        G = CF[t, D]
+        key = G.tobytes()
+        if key not in block_of:
+            block_of[key] = (base + np.maximum(r - G[:, None], 0), e_col * (r > G[:, None]))
+        idx_b, e_b = block_of[key]
+        block = V[t + D].take(idx_b[:, a:b])
+        block += (cum[t + D] - cum[t]) * e_b[:, a:b]
+        if a < Rf:
+            n = min(b, Rf) - a
+            np.copyto(block[:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
+        sw = block.min(axis=0)
+        SW[t, a:b] = sw
         vt = V3[t]
-        np.minimum(cont, SW[t, None, a:b], out=vt[:, a:b])
+        np.minimum(cont, sw[None, :], out=vt[:, a:b])
         if P is not None:
             sw = SW[t]
             pt = P[t]
