@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=multiprocessing.cpu_count())
     ap.add_argument("--limit-s", type=float, default=1e9)
     ap.add_argument("--problems", default="free,policy")
+    ap.add_argument("--bounds", default="lower,upper", help="lower (speeds rounded up), upper (down), or both")
     ap.add_argument("--units-range", nargs=2, type=int, default=None, metavar=("LO", "HI"),
                     help="choose the units per bound from this range (see choose_units); default: the file's")
     args = ap.parse_args()
@@ -84,7 +85,8 @@ def main() -> None:
     # nights spread over the year first (every 8th, then every 4th, ...), all of a night's solves
     # together: a limit that stops the pool leaves whole nights from every season
     order = sorted(range(nights), key=lambda k: (_stride(k), k))
-    tasks = [(k, p, b) for k in order for p in probs for b in (0, 1)]
+    kinds = [b for b, name in enumerate(("lower", "upper")) if name in args.bounds.split(",")]
+    tasks = [(k, p, b) for k in order for p in probs for b in kinds]
     out = np.full((nights, 2, 2), np.nan)
     t0 = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
