@@ -24,7 +24,8 @@ import numpy as np
 from carbon.series import IntensitySeries, as_utc
 from scheduler.planner.explain import explain as explain_plan
 from scheduler.planner.grid import slot_intensity
-from scheduler.planner.solve import account, choose_quantum, fastest_slots, solve_slots
+from scheduler.planner.slot_plan import account, fastest_slots
+from scheduler.planner.solve import choose_quantum, solve_slots
 
 __all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "Segment", "RunPlan", "pace_reserve_holds", "plan_run",
            "plan_slots"]

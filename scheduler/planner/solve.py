@@ -26,14 +26,13 @@ real finish and carbon of the chosen slots are recomputed with the true speeds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import numpy as np
 
-__all__ = ["SlotPlan", "choose_quantum", "solve_slots", "fastest_slots", "account"]
+from scheduler.planner.slot_plan import WAIT, SlotPlan, merge_runs
+
+__all__ = ["choose_quantum", "solve_slots"]
 
 _J_PER_KWH = 3.6e6
-_WAIT = -1
 #: mode runs a plan's work count is budgeted for (the count is off by under one quantum per run)
 _RUNS = 4
 #: quanta every mode gains in a slot at least: a slot's share of work is resolved to a third, and a
@@ -46,17 +45,6 @@ _MAX_LEVELS = 20000
 _HEADROOM = 16
 #: repairs of one plan on the true speeds (each replays the values for another count of quanta)
 _REPAIRS = 6
-
-
-@dataclass(frozen=True)
-class SlotPlan:
-    """Mode index per slot (-1 = not running) up to the finishing slot, and the cost the solver saw."""
-
-    modes: np.ndarray          # int, length = slots used (last one possibly partial)
-    feasible: bool
-    objective: float           # carbon g + time value, as optimised (inf when infeasible)
-    resumes: int
-    rounding: float = 0.0      # |true work of the chosen slots - the solver's count of it| / work: its quantum's error
 
 
 def choose_quantum(speeds: np.ndarray, slot_s: float, work_s: float, *, max_rounding: float = 0.01) -> float:
@@ -268,7 +256,7 @@ def solve_slots(
                 return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
             objective = float(U[0])
             while t < T and not (allowed[t] and close(float(entry[t]), U[t + 1])):
-                modes.append(_WAIT)
+                modes.append(WAIT)
                 t += 1
             state, m = ("pause" if resuming else "start"), -1
         while left > 0 and t < T:
@@ -284,7 +272,7 @@ def solve_slots(
                     resumes += 1
                     state = "start"
                     continue
-                modes.append(_WAIT)
+                modes.append(WAIT)
                 t += 1
             else:
                 here = float(V[t][m * W + left])
@@ -330,103 +318,6 @@ def solve_slots(
             target += int(math.ceil(short / q - 1e-9))
     if best is None:
         return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
-    return _merge_runs(best, c, energy_g, speed, slot_s=slot_s, T=T, tv=tv,
+    return merge_runs(best, c, energy_g, speed, slot_s=slot_s, T=T, tv=tv,
                        need_s=work_s + best.resumes * resume_overhead_s * pausable,
                        frozen=running_forced_slots if running_mode is not None else 0)
-
-
-def _true_cost(modes: np.ndarray, c: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *, slot_s: float,
-               need_s: float, tv: float) -> float:
-    """Carbon plus time value of a slot schedule on the true speeds (inf when it does not do the work)."""
-    k = np.arange(len(modes))[modes >= 0]
-    work = speed[modes[k]] * slot_s
-    before = np.concatenate(([0.0], np.cumsum(work)[:-1]))
-    frac = np.clip((need_s - before) / work, 0.0, 1.0)
-    if len(k) == 0 or before[-1] + work[-1] < need_s - 1e-6:
-        return math.inf
-    end = float(k[frac > 0][-1] + frac[frac > 0][-1])
-    return float(np.sum(energy_g[modes[k]] * c[k] * frac)) + tv * end
-
-
-def _merge_runs(sp: SlotPlan, c: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *, slot_s: float, T: int,
-                tv: float, need_s: float, frozen: int = 0) -> SlotPlan:
-    """The plan with any mode run merged into the run next to it (without a gap) where that is cheaper
-    on the true speeds: the count's rounding can make a short run of a mode look better than the
-    mode beside it when it is not (the entry's one-quantum tax, a few quanta at the finish). Runs only
-    grow, so the dwell holds; the end is trimmed or extended in the last mode as the true work needs.
-    The first ``frozen`` slots keep their mode (a running job's dwell)."""
-    kw = dict(slot_s=slot_s, need_s=need_s, tv=tv)
-    modes = sp.modes
-    best = _true_cost(modes, c, energy_g, speed, **kw)
-    improved = True
-    while improved:
-        improved = False
-        k = np.arange(len(modes))
-        edges = np.flatnonzero(np.diff(modes) != 0) + 1
-        bounds = np.concatenate(([0], edges, [len(modes)]))
-        for i in range(len(bounds) - 1):
-            a, b = int(bounds[i]), int(bounds[i + 1])
-            if modes[a] < 0 or a < frozen:
-                continue
-            for j in (a - 1, b):
-                if not 0 <= j < len(modes) or modes[j] < 0:
-                    continue
-                other = np.where((k >= a) & (k < b), modes[j], modes)
-                other = _fit(other, speed, slot_s=slot_s, T=T, need_s=need_s)
-                if other is None:
-                    continue
-                cost = _true_cost(other, c, energy_g, speed, **kw)
-                if cost < best - 1e-12:
-                    modes, best, improved = other, cost, True
-                    break
-            if improved:
-                break
-    return sp if modes is sp.modes else SlotPlan(modes, sp.feasible, sp.objective, sp.resumes, sp.rounding)
-
-
-def _fit(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, T: int, need_s: float) -> np.ndarray | None:
-    """The schedule cut after the slot its true work ends in, or run on in its last mode until it does
-    (None when that passes the last slot ``T``)."""
-    done = np.cumsum(np.where(modes >= 0, speed[np.maximum(modes, 0)], 0.0)) * slot_s
-    if done[-1] >= need_s - 1e-6:
-        return modes[: int(np.searchsorted(done, need_s - 1e-6)) + 1]
-    n = int(math.ceil((need_s - done[-1]) / (speed[modes[-1]] * slot_s) - 1e-9))
-    if len(modes) + n > T:
-        return None
-    return np.concatenate((modes, np.full(n, modes[-1]))).astype(int)
-
-
-def fastest_slots(first_start: int, work_s: float, speed: np.ndarray, slot_s: float, *,
-                  resume_overhead_s: float = 0.0) -> SlotPlan:
-    """The fastest finish: wait until ``first_start``, then the fastest mode without a break.
-
-    ``resume_overhead_s``: a paused job starting again does this much more work (one resume).
-    """
-    m = int(np.argmax(speed))
-    n = int(math.ceil((work_s + resume_overhead_s) / (speed[m] * slot_s) - 1e-9))
-    return SlotPlan(np.concatenate((np.full(first_start, _WAIT), np.full(n, m))).astype(int), False, math.inf,
-                    1 if resume_overhead_s > 0 else 0)
-
-
-def account(modes: np.ndarray, intensity: np.ndarray, power_w: np.ndarray, speed: np.ndarray, *, slot_s: float,
-            work_s: float, resume_overhead_s: float = 0.0, resumes: int = 0) -> tuple[np.ndarray, float, float, float]:
-    """True figures of a slot schedule: (seconds run in each slot, energy J, carbon g, finish in seconds from slot 0).
-
-    Runs the modes with their real speeds until ``work_s`` plus the resume overheads is done.
-    """
-    need = work_s + resumes * resume_overhead_s
-    ran = np.zeros(len(modes))
-    run = modes >= 0
-    work = np.where(run, speed[np.maximum(modes, 0)] * slot_s, 0.0)
-    cum = np.cumsum(work)
-    k = int(np.searchsorted(cum, need - 1e-9)) if len(cum) else 0
-    k = min(k, len(modes) - 1)
-    ran[:k] = np.where(run[:k], slot_s, 0.0)
-    if k >= 0 and len(modes):
-        before = cum[k - 1] if k > 0 else 0.0
-        ran[k] = min(max(need - before, 0.0) / (speed[modes[k]]), slot_s) if run[k] else 0.0
-    p = np.where(run, power_w[np.maximum(modes, 0)], 0.0)
-    energy = float(np.sum(p * ran))
-    carbon = float(np.sum(p * ran * intensity[: len(modes)]) / _J_PER_KWH)
-    finish = float(k * slot_s + ran[k]) if len(modes) else 0.0
-    return ran, energy, carbon, finish
