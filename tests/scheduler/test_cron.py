@@ -24,11 +24,17 @@ ZONES = ["UTC", "Europe/London", "America/New_York", "Australia/Lord_Howe", "Asi
 
 
 def prefect_dates(cron: str, start: datetime, n: int = 5, tz: str = "UTC") -> list[datetime]:
-    """What Prefect's own deployment schedule gives (the server's CronSchedule, which the scheduler service runs)."""
+    """What Prefect's own deployment schedule gives (the server's CronSchedule, which the scheduler service runs).
+
+    Its first ``n`` dates, taken from a few more: ``get_dates(n)`` sorts the ``n`` dates croniter yields,
+    and in a clock change's gap croniter yields them out of order, so ``get_dates(5)`` can leave out a
+    date that ``get_dates(6)`` puts fourth (Lord Howe, 2024-10-06: 02:40 local is 15:40 UTC, after
+    02:20 read on the old offset, 15:50). The scheduler service asks for many dates and schedules both.
+    """
     from prefect.server.schemas.schedules import CronSchedule
 
-    dates = asyncio.run(CronSchedule(cron=cron, timezone=tz).get_dates(n=n, start=start))
-    return [d.astimezone(UTC) for d in dates]
+    dates = asyncio.run(CronSchedule(cron=cron, timezone=tz).get_dates(n=n + 4, start=start))
+    return [d.astimezone(UTC) for d in dates][:n]
 
 
 @pytest.mark.parametrize("cron", ACCEPTANCE)
