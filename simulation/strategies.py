@@ -53,6 +53,10 @@ class TruthGrid:
         self.step_s = step_s
         self.origin_s = origin_s
         self.cum = np.concatenate(([0.0], np.cumsum(self.values) * step_s))
+        # the same numbers as Python floats, for integral(): a run integrates two points per slot, and
+        # numpy's per-call overhead on scalars was 5 % of a 12 h year
+        self._cum, self._vals = self.cum.tolist(), self.values.tolist()
+        self._end = len(self.values) * step_s
 
     def F(self, t: np.ndarray | float) -> np.ndarray:
         x = np.asarray(t, dtype=float) - self.origin_s
@@ -62,9 +66,17 @@ class TruthGrid:
         inside = self.cum[i] + (xc - i * self.step_s) * self.values[i]
         return inside + np.maximum(x - end, 0.0) * self.values[-1] + np.minimum(x, 0.0) * self.values[0]
 
+    def _point(self, t: float) -> float:
+        """:meth:`F` at one point, in the same floating-point operations."""
+        x = t - self.origin_s
+        xc = min(max(x, 0.0), self._end)
+        i = min(int(xc // self.step_s), len(self._vals) - 1)
+        inside = self._cum[i] + (xc - i * self.step_s) * self._vals[i]
+        return inside + max(x - self._end, 0.0) * self._vals[-1] + min(x, 0.0) * self._vals[0]
+
     def integral(self, a: float, b: float) -> float:
         """``integral_a^b I(t) dt`` in g/kWh x s."""
-        return float(self.F(b) - self.F(a))
+        return float(self._point(float(b)) - self._point(float(a)))
 
     def slot_means(self, a: float, slot_s: float, n: int) -> np.ndarray:
         """Mean of each of ``n`` slots of ``slot_s`` from ``a``."""

@@ -188,7 +188,7 @@ def solve_slots(
         if a < Rf:
             n = min(b, Rf) - a
             np.copyto(block[:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
-        sw = block.min(axis=0)
+        sw = np.minimum.reduce(block, axis=0)  # not ndarray.min: its Python wrapper is 5 % of a plan
         SW[t, a:b] = sw
         vt = V3[t]
         np.minimum(cont, sw[None, :], out=vt[:, a:b])
@@ -200,12 +200,15 @@ def solve_slots(
             pt[0] = 0.0
             np.minimum(vt, pt[None, :], out=vt)
 
+    # the replay walks slot by slot in Python: it reads these as Python numbers (the same values)
+    Fl, cl, el = F.tolist(), c.tolist(), energy_g.tolist()
+
     def cont_value(t: int, m: int, left: int) -> float:
-        gm = int(F[t + 1, m] - F[t, m])
+        gm = Fl[t + 1][m] - Fl[t][m]
         if left <= gm:
             f = left / gm
-            return float(energy_g[m] * c[t] * f + tv * (t + f))
-        return float(energy_g[m] * c[t] + V[t + 1][m * W + left - gm])
+            return float(el[m] * cl[t] * f + tv * (t + f))
+        return float(el[m] * cl[t] + V[t + 1][m * W + left - gm])
 
     def block_values(t: int, left: int) -> np.ndarray:
         out = np.empty(M)
@@ -228,7 +231,7 @@ def solve_slots(
             nonlocal t, left
             for k in range(slots):
                 modes.append(m)
-                left -= int(F[t + 1, m] - F[t, m]) - (int(tax[m]) if entered and k == 0 else 0)
+                left -= Fl[t + 1][m] - Fl[t][m] - (int(tax[m]) if entered and k == 0 else 0)
                 t += 1
                 if left <= 0:
                     return True
