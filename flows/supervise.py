@@ -367,12 +367,3 @@ def _plan_json(plan: RunPlan) -> dict[str, Any]:
             "segments": [{"mode": s.mode, "start": s.start.isoformat(), "end": s.end.isoformat(),
                           "work_s": s.work_s} for s in plan.segments],
             "label": "modelled (the plan's forecast and mode figures)"}
-
-
-def _plan_json(plan: RunPlan) -> dict[str, Any]:
-    return {"start": plan.start.isoformat(), "finish": plan.finish.isoformat(), "feasible": plan.feasible,
-            "energy_j": plan.energy_j, "carbon_g": plan.carbon_g, "reasons": list(plan.reasons),
-            "rounding": plan.rounding, "max_rounding": plan.max_rounding,
-            "segments": [{"mode": s.mode, "start": s.start.isoformat(), "end": s.end.isoformat(),
-                          "work_s": s.work_s} for s in plan.segments],
-            "label": "modelled (the plan's forecast and mode figures)"}
