@@ -30,9 +30,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.waits]
 SITES = ("fl1", "fl2", "fl3")  # names of this test's own (the session server is shared with other tests)
 JOBS = {"fleet-wide": 2, "fleet-narrow": 1}  # job name -> GPUs
 STEP_S = 10
-#: the clean hours begin this long after the runs are placed: time for the workers to boot the eight
-#: flow processes ahead of their starts (eight Prefect processes at once take over a minute on 2 busy
-#: cores; with 120 s, a CI run beside the rest of the suite once trained 50 s late)
+#: no run may start earlier than this after it is placed (the job's earliest_start_s): time for the
+#: workers to boot the eight flow processes ahead of their starts (eight Prefect processes at once take
+#: over a minute on 2 busy cores). The traces' clean stretches cannot give that lead: a trace replayed
+#: in step with the clock shows the planner only its past, and the forecast from a flat past is flat, so
+#: without earliest_start_s every run was planned at the first free slot (a CI run trained 71 s late)
 LEAD_S = 180
 #: a process worker boots a flow run's process this long before its scheduled time and Prefect holds the
 #: run in Pending until then (WaitForScheduledTime), so training starts on time; no GPU slot is taken early
@@ -64,6 +66,7 @@ job:
   name: {name}
   command: [{sys.executable}, -c, "import time; time.sleep(8)"]
   expected_duration_s: 8
+  earliest_start_s: {LEAD_S}
   cron: "0 3 * * *"
   deadline_s: 900
   gpus: {gpus}
@@ -131,7 +134,7 @@ def test_three_nodes_eight_runs(prefect_server, tmp_path, monkeypatch):
                 dep = deploy_policy(path, work_pool="pool-plan", schedule=False)
                 assert set(dep.sites) == set(SITES)
                 deployments += [full.split("/", 1)[1] for full in dep.sites.values()]
-            # the traces start now: fl1 cleanest early, fl2 a little later, fl3 cleanest of all but later still
+            # the traces' clean stretches begin with the earliest starts (the planner sees them only once past)
             t0 = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=LEAD_S)
             _trace(traces["fl1"], t0, (0, 6), 100.0)
             _trace(traces["fl2"], t0, (3, 9), 150.0)
@@ -171,6 +174,7 @@ def test_three_nodes_eight_runs(prefect_server, tmp_path, monkeypatch):
         assert extra["site"] == plan["site"]
         started, held = _utc(report["started_at"]), _utc(extra["gpus_acquired_at"])
         planned = _utc(plan["start"])
+        assert planned >= _utc(plan["placed_at"]) + timedelta(seconds=LEAD_S)  # the boot lead the policy asks for
         # trains at its planned start (the worker's pick-up and the flow's own set-up are the slack)
         assert planned - timedelta(seconds=2) <= held <= started <= planned + timedelta(seconds=45), (planned, held, started)
         assert (started - held).total_seconds() < 20  # slots taken just before training, not held while waiting
