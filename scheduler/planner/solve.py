@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import numpy as np
 
-from scheduler.planner.slot_plan import WAIT, SlotPlan, merge_runs
+from scheduler.planner.slot_plan import WAIT, SlotPlan, earliest_start, merge_runs
 
 __all__ = ["choose_quantum", "solve_slots"]
 
@@ -321,6 +321,9 @@ def solve_slots(
             target += int(math.ceil(short / q - 1e-9))
     if best is None:
         return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
-    return merge_runs(best, c, energy_g, speed, slot_s=slot_s, T=T, tv=tv,
-                       need_s=work_s + best.resumes * resume_overhead_s * pausable,
-                       frozen=running_forced_slots if running_mode is not None else 0)
+    need_s = work_s + best.resumes * resume_overhead_s * pausable
+    merged = merge_runs(best, c, energy_g, speed, slot_s=slot_s, T=T, tv=tv, need_s=need_s,
+                        frozen=running_forced_slots if running_mode is not None else 0)
+    if running_mode is not None:
+        return merged
+    return earliest_start(merged, c, energy_g, speed, slot_s=slot_s, first_start=first_start, tv=tv, need_s=need_s)
