@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -48,11 +48,51 @@ from carbon.providers.base import Provider
 from carbon.series import IntensityPoint, IntensitySeries
 from carbon.staleness import stale_reason
 
-__all__ = ["SourceSpec", "Reading", "CarbonMonitor", "AllSourcesFailed"]
+__all__ = ["SourceSpec", "Reading", "CarbonMonitor", "AllSourcesFailed", "finer_than_hourly", "first_of_each_hour"]
 
 _HOUR = timedelta(hours=1)
 _HISTORY = "forecast:daily_profile"
 _FUSED = "forecast:fused"
+
+
+def first_of_each_hour(points: Sequence[IntensityPoint] | IntensitySeries) -> list[IntensityPoint]:
+    """The first point in each clock hour: all the archive's hourly record reads of a forecast.
+
+    A 5-min forecast kept whole would be 12 rows an hour from each of three inputs every read, and
+    the archive's row bound would then hold about six days, fewer than the fit's 7-night minimum.
+    """
+    out: dict[datetime, IntensityPoint] = {}
+    for p in sorted(points, key=lambda p: p.start):
+        out.setdefault(p.start.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0), p)
+    return list(out.values())
+
+
+def finer_than_hourly(shape: Sequence[IntensityPoint], sampled: np.ndarray, hourly: Sequence[IntensityPoint],
+                      fused: np.ndarray, *, origin: datetime, now: datetime) -> tuple[IntensityPoint, ...] | None:
+    """The fused forecast at the resolution of ``shape`` (the forecast the fusion's first input made) when
+    that is finer than an hour; None when it is not.
+
+    The fusion learns on an hourly grid (its record is hours), and read alone it would turn a 5-min
+    forecast into one value an hour and leave nothing between now and the next full hour. Instead each
+    point of ``shape`` moves by its hour's correction (the fused value less what the fusion read of
+    ``shape`` for that hour, ``sampled``), so the forecast keeps its shape within the hour and its
+    points before the next one; past the end of ``shape`` the hourly fused points follow.
+    """
+    ahead = [p for p in shape if p.end > now]
+    if not ahead or min(p.duration for p in ahead) >= _HOUR:
+        return None
+    out: list[IntensityPoint] = []
+    for p in ahead:
+        k = max(int((p.start - origin) / _HOUR), 0)
+        if k >= len(fused) or np.isnan(fused[k]):
+            continue
+        value = p.g_per_kwh + float(fused[k] - sampled[k]) if not np.isnan(sampled[k]) else float(fused[k])
+        out.append(IntensityPoint(start=p.start, duration=p.duration, g_per_kwh=max(value, 0.0), kind=p.kind,
+                                  estimated=True, forecast=True, source=_FUSED))
+    if not out:
+        return None
+    end = max(p.end for p in out)
+    return tuple(out) + tuple(p for p in hourly if p.start >= end)
 
 
 class AllSourcesFailed(CarbonError):
@@ -227,7 +267,7 @@ class CarbonMonitor:
         self.archive.observe(zone=zone, points=observed)
         inputs: list[str] = []
         if forecast_by == "provider" and forecast:
-            self.archive.record(provider=label, zone=zone, issued_at=now, points=forecast)
+            self.archive.record(provider=label, zone=zone, issued_at=now, points=first_of_each_hour(forecast))
             inputs.append(label)
         history: tuple[IntensityPoint, ...] | IntensitySeries
         if forecast_by == _HISTORY:  # the built-in forecaster made it already, from the same history and horizon
@@ -238,7 +278,7 @@ class CarbonMonitor:
             except CarbonError:
                 history = IntensitySeries.of([], zone=zone)
         if len(history):
-            self.archive.record(provider=_HISTORY, zone=zone, issued_at=now, points=history)
+            self.archive.record(provider=_HISTORY, zone=zone, issued_at=now, points=first_of_each_hour(history))
             inputs.append(_HISTORY)
         if not inputs:
             return forecast, forecast_by, "no forecast to fuse"
@@ -249,10 +289,12 @@ class CarbonMonitor:
                                         days=self.fusion_days)
         fit = fit_fusion(record, inputs, n)
         fused = apply_fusion(fit, said, current.g_per_kwh)
-        points = tuple(IntensityPoint(start=origin + k * _HOUR, duration=_HOUR, g_per_kwh=float(v), kind=current.kind,
+        hourly = tuple(IntensityPoint(start=origin + k * _HOUR, duration=_HOUR, g_per_kwh=float(v), kind=current.kind,
                                       estimated=True, forecast=True, source=_FUSED)
                        for k, v in enumerate(fused) if k > 0 and not np.isnan(v))
-        self.archive.record(provider=_FUSED, zone=zone, issued_at=now, points=points)
+        shape = forecast if inputs[0] == label else history
+        points = finer_than_hourly(tuple(shape), said[inputs[0]], hourly, fused, origin=origin, now=now) or hourly
+        self.archive.record(provider=_FUSED, zone=zone, issued_at=now, points=first_of_each_hour(points))
         weights = fit.weights[:, 1:].mean(axis=1)
         mix = ", ".join(f"{p} {w:.0%}" for p, w in sorted(zip(inputs, weights), key=lambda pw: -pw[1]))
         return points, _FUSED, (f"{_FUSED} forecast ({mix} of the weight), corrected and weighted on "

@@ -148,11 +148,15 @@ class ForecastArchive:
         return [(p, z) for p, z in self._con.execute("SELECT DISTINCT provider, zone FROM forecasts ORDER BY 1, 2")]
 
     def said(self, *, provider: str, zone: str, issued_by: datetime, at: datetime, step: timedelta, n: int) -> np.ndarray:
-        """What ``provider`` had issued by ``issued_by`` for the steps from ``at`` (k < n): the newest issue for each; NaN where none."""
+        """What ``provider`` had issued by ``issued_by`` for the steps from ``at`` (k < n): the newest issue for each; NaN where none.
+
+        A step holds the issue's first point in it (a forecast finer than the step is read at the step's
+        start, or as near after it as the issue goes), not whichever was written last.
+        """
         a, s = at.timestamp(), step.total_seconds()
         out = np.full(n, np.nan)
         sql = ("SELECT for_s, value FROM forecasts WHERE provider = ? AND zone = ? AND issued_s <= ? "
-               "AND for_s >= ? AND for_s < ? ORDER BY issued_s")
+               "AND for_s >= ? AND for_s < ? ORDER BY issued_s, for_s DESC")
         for t, v in self._con.execute(sql, (provider, zone, issued_by.timestamp(), a, a + n * s)):  # newer issues overwrite
             k = int(np.floor((t - a) / s + 1e-9))
             if 0 <= k < n:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import stat
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -106,6 +107,72 @@ def test_the_monitor_archives_every_forecast_and_fuses_on_the_record() -> None:
     err = np.mean([abs(p.g_per_kwh - _wave(p.start)) for p in ahead])
     assert err < 5.0  # the provider's 50 g bias (or the history forecast) learned; raw it would be 50
     monitor.close()
+
+
+M5 = timedelta(minutes=5)
+
+
+def _dip(t: datetime) -> float:
+    """Hourly wave with a 15-min dip at :20 of every hour (what an hourly grid cannot carry)."""
+    return _wave(t) - (200.0 if 20 <= t.minute < 35 else 0.0)
+
+
+class FiveMinute(Forecasting):
+    """A provider that forecasts in 5-min steps (WattTime's resolution), right to the minute."""
+
+    def current(self, *, now: datetime) -> IntensityPoint:
+        start = now.replace(minute=now.minute - now.minute % 5, second=0, microsecond=0)
+        return IntensityPoint(start=start, duration=M5, g_per_kwh=_dip(start), source="fc")
+
+    def history(self, *, start: datetime, end: datetime) -> IntensitySeries:
+        first = start.replace(minute=0, second=0, microsecond=0)
+        return IntensitySeries.of([IntensityPoint(start=first + k * M5, duration=M5, g_per_kwh=_dip(first + k * M5),
+                                                  source="fc") for k in range(int((end - first) / M5))], zone="Z")
+
+    def forecast(self, *, now: datetime, horizon: timedelta) -> IntensitySeries:
+        first = now.replace(minute=now.minute - now.minute % 5, second=0, microsecond=0) + M5
+        return IntensitySeries.of([IntensityPoint(start=first + k * M5, duration=M5, g_per_kwh=_dip(first + k * M5),
+                                                  forecast=True, source="fc") for k in range(int(horizon / M5))],
+                                  zone="Z")
+
+
+def test_a_five_minute_forecast_keeps_its_resolution_through_the_fusion() -> None:
+    # the fusion learns on hours; its output must not turn a 5-min forecast into one value an hour,
+    # nor leave the rest of the current hour without a forecast
+    archive = ForecastArchive(":memory:")
+    monitor = CarbonMonitor([SourceSpec("fc", FiveMinute)], archive=archive,
+                            forecast_horizon=timedelta(hours=6), learn_window=timedelta(days=2))
+    for d in range(9):
+        r = monitor.read(T0 + timedelta(days=d, hours=21, minutes=7))
+    # the archive keeps what the hourly record reads: the first point of each hour of each input
+    assert archive.rows()[0] <= 9 * 3 * 7
+    now = T0 + timedelta(days=8, hours=21, minutes=7)
+    assert r.forecast_by == "forecast:fused"
+    ahead = [p for p in r.series if p.forecast]
+    assert {p.duration for p in ahead} == {M5}
+    assert ahead[0].start == now.replace(minute=10)  # the next 5-min step, not the next full hour
+    assert ahead[-1].end >= now + timedelta(hours=5)
+    # a perfect provider: the fused forecast is its own, dips where they are
+    assert max(abs(p.g_per_kwh - _dip(p.start)) for p in ahead) < 1e-6
+    monitor.close()
+
+
+def test_an_hourly_forecast_stays_hourly() -> None:
+    monitor = CarbonMonitor([SourceSpec("fc", Forecasting)], archive=ForecastArchive(":memory:"),
+                            forecast_horizon=timedelta(hours=6))
+    r = monitor.read(T0 + timedelta(hours=21, minutes=7))
+    ahead = [p for p in r.series if p.forecast]
+    assert ahead and {p.duration for p in ahead} == {H} and ahead[0].start == T0 + timedelta(hours=22)
+    monitor.close()
+
+
+def test_a_step_holds_the_first_point_of_the_newest_issue_in_it() -> None:
+    with ForecastArchive(":memory:") as a:
+        pts = [IntensityPoint(start=T0 + k * M5, duration=M5, g_per_kwh=float(k), forecast=True) for k in range(24)]
+        a.record(provider="p", zone="Z", issued_at=T0, points=pts)
+        assert list(a.said(provider="p", zone="Z", issued_by=T0, at=T0, step=H, n=2)) == [0.0, 12.0]
+        a.record(provider="p", zone="Z", issued_at=T0 + M5, points=[replace(p, g_per_kwh=p.g_per_kwh + 100) for p in pts[3:]])
+        assert list(a.said(provider="p", zone="Z", issued_by=T0 + M5, at=T0, step=H, n=2)) == [103.0, 112.0]
 
 
 def test_the_forecasts_command_scores_what_the_monitor_archived(capsys) -> None:
