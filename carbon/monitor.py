@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -48,23 +48,11 @@ from carbon.providers.base import Provider
 from carbon.series import IntensityPoint, IntensitySeries
 from carbon.staleness import stale_reason
 
-__all__ = ["SourceSpec", "Reading", "CarbonMonitor", "AllSourcesFailed", "finer_than_hourly", "first_of_each_hour"]
+__all__ = ["SourceSpec", "Reading", "CarbonMonitor", "AllSourcesFailed", "finer_than_hourly"]
 
 _HOUR = timedelta(hours=1)
 _HISTORY = "forecast:daily_profile"
 _FUSED = "forecast:fused"
-
-
-def first_of_each_hour(points: Sequence[IntensityPoint] | IntensitySeries) -> list[IntensityPoint]:
-    """The first point in each clock hour: all the archive's hourly record reads of a forecast.
-
-    A 5-min forecast kept whole would be 12 rows an hour from each of three inputs every read, and
-    the archive's row bound would then hold about six days, fewer than the fit's 7-night minimum.
-    """
-    out: dict[datetime, IntensityPoint] = {}
-    for p in sorted(points, key=lambda p: p.start):
-        out.setdefault(p.start.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0), p)
-    return list(out.values())
 
 
 def finer_than_hourly(shape: Sequence[IntensityPoint], sampled: np.ndarray, hourly: Sequence[IntensityPoint],
@@ -267,7 +255,7 @@ class CarbonMonitor:
         self.archive.observe(zone=zone, points=observed)
         inputs: list[str] = []
         if forecast_by == "provider" and forecast:
-            self.archive.record(provider=label, zone=zone, issued_at=now, points=first_of_each_hour(forecast))
+            self.archive.record(provider=label, zone=zone, issued_at=now, points=forecast)
             inputs.append(label)
         history: tuple[IntensityPoint, ...] | IntensitySeries
         if forecast_by == _HISTORY:  # the built-in forecaster made it already, from the same history and horizon
@@ -278,7 +266,7 @@ class CarbonMonitor:
             except CarbonError:
                 history = IntensitySeries.of([], zone=zone)
         if len(history):
-            self.archive.record(provider=_HISTORY, zone=zone, issued_at=now, points=first_of_each_hour(history))
+            self.archive.record(provider=_HISTORY, zone=zone, issued_at=now, points=history)
             inputs.append(_HISTORY)
         if not inputs:
             return forecast, forecast_by, "no forecast to fuse"
@@ -294,7 +282,7 @@ class CarbonMonitor:
                        for k, v in enumerate(fused) if k > 0 and not np.isnan(v))
         shape = forecast if inputs[0] == label else history
         points = finer_than_hourly(tuple(shape), said[inputs[0]], hourly, fused, origin=origin, now=now) or hourly
-        self.archive.record(provider=_FUSED, zone=zone, issued_at=now, points=first_of_each_hour(points))
+        self.archive.record(provider=_FUSED, zone=zone, issued_at=now, points=points)
         weights = fit.weights[:, 1:].mean(axis=1)
         mix = ", ".join(f"{p} {w:.0%}" for p, w in sorted(zip(inputs, weights), key=lambda pw: -pw[1]))
         return points, _FUSED, (f"{_FUSED} forecast ({mix} of the weight), corrected and weighted on "

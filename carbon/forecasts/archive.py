@@ -2,8 +2,9 @@
 
 One file, ``$GRIDSHIFT_HOME/forecasts.sqlite`` (created 0600), two tables:
 
-* ``forecasts(provider, zone, kind, issued_s, for_s, value)``: one row per value of each forecast,
-  as issued (the provider's, or ``forecast:daily_profile`` computed here);
+* ``forecasts(provider, zone, kind, issued_s, for_s, value)``: one row per clock hour of each
+  forecast, as issued (the provider's, or ``forecast:daily_profile`` computed here): the first value
+  in the hour, which is all the hourly record reads;
 * ``observed(zone, kind, start_s, end_s, value)``: the intensities seen since.
 
 Both are bounded (``max_rows`` each; the oldest issues and observations go first), so a box that
@@ -105,8 +106,16 @@ class ForecastArchive:
 
     # -- writing ---------------------------------------------------------------------------------
     def record(self, *, provider: str, zone: str, issued_at: datetime, points: Iterable[IntensityPoint]) -> int:
-        """Keep one issued forecast (its points' kinds are kept per point); returns the rows written."""
-        rows = [(provider, zone, p.kind, issued_at.timestamp(), p.start.timestamp(), float(p.g_per_kwh)) for p in points]
+        """Keep one issued forecast, its first point in each clock hour (kinds kept per point); returns the rows written.
+
+        The record is read in hours; a 5-min forecast kept whole would be 12 rows an hour from each
+        input every read, and ``max_rows`` would then hold about six days, fewer than the fit's 7 nights.
+        """
+        first: dict[float, IntensityPoint] = {}
+        for p in sorted(points, key=lambda p: p.start):
+            first.setdefault(p.start.timestamp() // 3600, p)
+        rows = [(provider, zone, p.kind, issued_at.timestamp(), p.start.timestamp(), float(p.g_per_kwh))
+                for p in first.values()]
         with self._con:
             self._con.executemany("INSERT OR REPLACE INTO forecasts VALUES (?, ?, ?, ?, ?, ?)", rows)
             self._trim("forecasts", "issued_s")

@@ -31,17 +31,31 @@ class SlotPlan:
     rounding: float = 0.0      # |true work of the chosen slots - the solver's count of it| / work: its quantum's error
 
 
+def _charged(modes: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *, slot_s: float,
+             need_s: float) -> tuple[np.ndarray, float] | None:
+    """Per slot, the energy (g per g/kWh) a schedule uses on the true speeds up to ``need_s`` of work
+    (0 where it waits or is done), and where that work ends in slots; None when it does not do the work."""
+    k = np.flatnonzero(modes >= 0)
+    if len(k) == 0:
+        return None
+    work = speed[modes[k]] * slot_s
+    before = np.concatenate(([0.0], np.cumsum(work)[:-1]))
+    if before[-1] + work[-1] < need_s - 1e-6:
+        return None
+    frac = np.clip((need_s - before) / work, 0.0, 1.0)
+    charged = np.zeros(len(modes))
+    charged[k] = energy_g[modes[k]] * frac
+    return charged, float(k[frac > 0][-1] + frac[frac > 0][-1])
+
+
 def true_cost(modes: np.ndarray, c: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *, slot_s: float,
                need_s: float, tv: float) -> float:
     """Carbon plus time value of a slot schedule on the true speeds (inf when it does not do the work)."""
-    k = np.arange(len(modes))[modes >= 0]
-    work = speed[modes[k]] * slot_s
-    before = np.concatenate(([0.0], np.cumsum(work)[:-1]))
-    frac = np.clip((need_s - before) / work, 0.0, 1.0)
-    if len(k) == 0 or before[-1] + work[-1] < need_s - 1e-6:
+    got = _charged(modes, energy_g, speed, slot_s=slot_s, need_s=need_s)
+    if got is None:
         return math.inf
-    end = float(k[frac > 0][-1] + frac[frac > 0][-1])
-    return float(np.sum(energy_g[modes[k]] * c[k] * frac)) + tv * end
+    charged, end = got
+    return float(charged @ c[: len(modes)]) + tv * end
 
 
 def merge_runs(sp: SlotPlan, c: np.ndarray, energy_g: np.ndarray, speed: np.ndarray, *, slot_s: float, T: int,
@@ -91,14 +105,11 @@ def earliest_start(sp: SlotPlan, c: np.ndarray, energy_g: np.ndarray, speed: np.
         return sp
     k0 = int(active[0])
     tail = sp.modes[k0:]
-    k = np.flatnonzero(tail >= 0)
-    work = speed[tail[k]] * slot_s
-    before = np.concatenate(([0.0], np.cumsum(work)[:-1]))
-    frac = np.clip((need_s - before) / work, 0.0, 1.0)
-    weights = np.zeros(len(tail))
-    weights[k] = energy_g[tail[k]] * frac
+    got = _charged(tail, energy_g, speed, slot_s=slot_s, need_s=need_s)
+    if got is None:
+        return sp
     # the cost of the tail started at each slot from first_start to k0 (the time value shifts with it)
-    cost = np.convolve(c[first_start:k0 + len(tail)], weights[::-1], "valid") + tv * np.arange(first_start, k0 + 1)
+    cost = np.convolve(c[first_start:k0 + len(tail)], got[0][::-1], "valid") + tv * np.arange(first_start, k0 + 1)
     s = int(np.flatnonzero(cost <= cost.min() + 1e-9 * max(1.0, abs(float(cost.min()))))[0]) + first_start
     if s == k0:
         return sp

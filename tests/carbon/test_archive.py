@@ -117,23 +117,24 @@ def _dip(t: datetime) -> float:
     return _wave(t) - (200.0 if 20 <= t.minute < 35 else 0.0)
 
 
+def _five_min(first: datetime, n: int, *, forecast: bool = False) -> IntensitySeries:
+    return IntensitySeries.of([IntensityPoint(start=first + k * M5, duration=M5, g_per_kwh=_dip(first + k * M5),
+                                              forecast=forecast, source="fc") for k in range(n)], zone="Z")
+
+
 class FiveMinute(Forecasting):
     """A provider that forecasts in 5-min steps (WattTime's resolution), right to the minute."""
 
     def current(self, *, now: datetime) -> IntensityPoint:
-        start = now.replace(minute=now.minute - now.minute % 5, second=0, microsecond=0)
-        return IntensityPoint(start=start, duration=M5, g_per_kwh=_dip(start), source="fc")
+        return _five_min(now.replace(minute=now.minute - now.minute % 5, second=0, microsecond=0), 1).points[0]
 
     def history(self, *, start: datetime, end: datetime) -> IntensitySeries:
         first = start.replace(minute=0, second=0, microsecond=0)
-        return IntensitySeries.of([IntensityPoint(start=first + k * M5, duration=M5, g_per_kwh=_dip(first + k * M5),
-                                                  source="fc") for k in range(int((end - first) / M5))], zone="Z")
+        return _five_min(first, int((end - first) / M5))
 
     def forecast(self, *, now: datetime, horizon: timedelta) -> IntensitySeries:
         first = now.replace(minute=now.minute - now.minute % 5, second=0, microsecond=0) + M5
-        return IntensitySeries.of([IntensityPoint(start=first + k * M5, duration=M5, g_per_kwh=_dip(first + k * M5),
-                                                  forecast=True, source="fc") for k in range(int(horizon / M5))],
-                                  zone="Z")
+        return _five_min(first, int(horizon / M5), forecast=True)
 
 
 def test_a_five_minute_forecast_keeps_its_resolution_through_the_fusion() -> None:
