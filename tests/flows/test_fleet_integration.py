@@ -146,6 +146,11 @@ def test_three_nodes_eight_runs(prefect_server, tmp_path, monkeypatch):
                 run = submit_placed_run(str(policies[name]), deployment=f"gridshift-nightly/{name}")
                 placed[run.flow_run_id] = run
         assert len({r.placement.site for r in placed.values()}) >= 2  # the GPUs of one node do not take all eight
+        # the placer saw the traces' 10 s steps: fl3's clean minute (the cleanest, a minute after the
+        # others') is used; on a flat forecast nothing would wait for it
+        fl3_clean = (t0 + timedelta(seconds=6 * STEP_S), t0 + timedelta(seconds=12 * STEP_S))
+        assert any(r.placement.site == "fl3" and fl3_clean[0] <= r.placement.plan.start < fl3_clean[1]
+                   for r in placed.values()), [(r.placement.site, r.placement.plan.start) for r in placed.values()]
         query = {"flow_runs": {"tags": {"all_": ["gridshift"]}}, "deployments": {"name": {"any_": deployments}}}
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
