@@ -5,7 +5,7 @@ one slot per GPU (created by ``gridshift deploy``, see :func:`ensure_limits`). A
 there takes ``job.gpus`` slots (:func:`hold_gpus`). Placement books GPUs ahead, so a run normally
 finds its slots free; when an earlier run overran, the run waits *in Prefect* for them: the same
 flow run, Running, asks Prefect's limit until the slots free up (it is never re-created, and the
-wait is bounded by ``wait_s``). The slots are leased for :data:`GPU_LEASE_S`: the run's process
+wait is bounded by ``wait_s``), in line behind the runs booked before it (:mod:`flows.gpu_line`). The slots are leased for :data:`GPU_LEASE_S`: the run's process
 renews the lease while it lives, and a dead process's slots come back when the lease lapses.
 
 The node picks: holding slots says *how many* GPUs are free, not *which*. Each device has a lock
@@ -21,12 +21,14 @@ import fcntl
 import os
 import random
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
+
+from flows.gpu_line import WaitingLine, waiting_line
 
 __all__ = ["GpuHold", "GpusBusy", "GPU_LEASE_S", "GPU_LIMIT_PREFIX", "SLOT_POLL_S", "ensure_limits", "gpu_limit_name",
            "hold_gpus", "pin_environment", "take_slots"]
@@ -106,46 +108,72 @@ def _lock_free_devices(lock_dir: Path, gpus_per_node: int, count: int, stack: Ex
 
 
 def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: float, stack: ExitStack,
-               poll_s: float = SLOT_POLL_S) -> bool:
+               poll_s: float = SLOT_POLL_S, line: WaitingLine | None = None) -> bool:
     """Hold ``occupy`` slots of every limit in ``names`` (one request: all or none) until ``stack`` closes.
 
-    Asks once, then every ``poll_s`` (jittered) while the limits answer 423 (taken), for up to
-    ``wait_s`` seconds. Returns False when the wait ran out; raises ConcurrencySlotAcquisitionError
-    for anything but "taken" (e.g. a limit that does not exist). The slots are leased for
-    ``lease_s`` and renewed while this process lives.
+    Asks once; while the limits answer 423 (taken), looks again every ``poll_s`` (jittered) and asks
+    when they count enough slots free, for up to ``wait_s`` seconds. With a ``line``, a run whose
+    slots were taken joins it and from then on asks only while no run is ahead of it. Returns False
+    when the wait ran out; raises ConcurrencySlotAcquisitionError for anything but "taken" (e.g. a
+    limit that does not exist). The slots are leased for ``lease_s`` and renewed while this process
+    lives.
     """
     import httpx
     from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
     from prefect.concurrency.sync import concurrency
 
     deadline = time.monotonic() + wait_s
+    asked = False
     while True:
-        try:
-            stack.enter_context(concurrency(list(names), occupy=occupy, max_retries=0, strict=True,
-                                            lease_duration=lease_s, raise_on_lease_renewal_failure=False))
-            return True
-        except ConcurrencySlotAcquisitionError as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code == 423):
-                raise
+        ahead = [] if line is None else line.ahead()
+        if not ahead and (not asked or _room_for(names, occupy)):
+            asked = True
+            try:
+                stack.enter_context(concurrency(list(names), occupy=occupy, max_retries=0, strict=True,
+                                                lease_duration=lease_s, raise_on_lease_renewal_failure=False))
+                return True
+            except ConcurrencySlotAcquisitionError as exc:
+                cause = exc.__cause__
+                if not (isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code == 423):
+                    raise
+        if line is not None:
+            line.join(len(ahead))
         left = deadline - time.monotonic()
         if left <= 0:
             return False
         time.sleep(min(poll_s * (1.0 + 0.5 * random.random()), left))  # the edge that waits: a real slot, a real clock
 
 
+def _room_for(names: Sequence[str], occupy: int) -> bool:
+    """Whether every limit in ``names`` counts ``occupy`` slots free now.
+
+    A waiter looks before it asks again: each refused request is an ERROR line from Prefect's lease
+    service in the run's log, once a second for as long as the run waits.
+    """
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return all(limit.limit - limit.active_slots >= occupy
+                   for limit in map(client.read_global_concurrency_limit_by_name, names))
+
+
 @contextmanager
-def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait_s: float = 0.0) -> Iterator[GpuHold]:
+def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait_s: float = 0.0,
+              flow_run_id: str | None = None, announce: Callable[[str], None] | None = None) -> Iterator[GpuHold]:
     """Hold ``count`` of ``site``'s GPU slots and lock that many devices; waits up to ``wait_s`` for the slots.
 
-    Raises GpusBusy when the slots are not free within ``wait_s`` (at once for 0), or when a device
+    ``flow_run_id`` (the run that will train) waits in line (:mod:`flows.gpu_line`): among the runs
+    waiting for this site's slots, the one booked first asks first; ``announce`` gets a line when it
+    joins the line. Raises GpusBusy when the slots are not free within ``wait_s`` (at once for 0), or when a device
     is held outside gridshift.
     """
     if count > gpus_per_node:
         raise GpusBusy(f"the run needs {count} GPUs, the node at {site} has {gpus_per_node}")
     limit = gpu_limit_name(site)
     with ExitStack() as stack:
-        if not take_slots([limit], count, wait_s=wait_s, lease_s=GPU_LEASE_S, stack=stack):
+        with waiting_line(limit, flow_run_id, announce) if flow_run_id else nullcontext() as line:
+            taken = take_slots([limit], count, wait_s=wait_s, lease_s=GPU_LEASE_S, stack=stack, line=line)
+        if not taken:
             raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free" + (f" for {wait_s:.0f} s" if wait_s > 0 else ""))
         devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
         yield GpuHold(site=site, limit=limit, devices=devices, acquired_at=datetime.now(timezone.utc))

@@ -158,10 +158,12 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
     from scheduler.policy.loader import load_policy
     from scheduler.policy.sites import site_named
 
+    from prefect.runtime import flow_run
+
     policy = load_policy(policy_path)
     node = site_named(policy, site)
     with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
-                   wait_s=GPU_WAIT_S) as held:
+                   wait_s=GPU_WAIT_S, flow_run_id=flow_run.get_id(), announce=get_run_logger().info) as held:
         get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
         with pin_environment(held.devices):
             return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,

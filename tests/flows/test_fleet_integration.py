@@ -330,6 +330,7 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.deployments.deploy import CRASH_AFTER_S, deploy_policy
+    from flows.gpu_line import WAITING_TAG_PREFIX
     from flows.gpus import gpu_limit_name
 
     monkeypatch.setenv("GRIDSHIFT_HOME", env["GRIDSHIFT_HOME"])
@@ -411,6 +412,11 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
 
     print(f"crashed after {crashed_after:.0f} s, slot free after {freed_after:.0f} s, "
           f"ledger row after {recorded_after:.0f} s")
+    # the runs that overran made others wait in line for their GPUs (flows.gpu_line); each left it with its GPUs
+    said = httpx.post(f"{api}/logs/filter", timeout=30, json={"limit": 200, "logs": {
+        "flow_run_id": {"any_": [r["id"] for r in runs]}, "text": {"query": '"waiting in line"'}}}).json()
+    print(f"{len({log['flow_run_id'] for log in said})} of {len(runs)} placed runs waited in line for a GPU")
+    assert not [t for r in runs for t in r["tags"] if t.startswith(WAITING_TAG_PREFIX)]
     # 1: each of the three kinds of placement made a run while the anchor was RUNNING
     phase1 = [r for r in runs if r["id"] not in ten]
     assert len(phase1) == 3 and submitted[0] in {r["id"] for r in phase1}
@@ -447,8 +453,8 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
         mine = [t for t in trained + [anchor_hold] if t["site"] == site]
         for t in mine:
             assert sum(1 for o in mine if o["held"] <= t["held"] < o["ended"]) <= 2, (site, t)
-        # the waiting runs' places in Prefect's queue (their scheduled starts) follow their arrival; two whose
-        # starts are seconds apart may swap by their processes' boot times, never by more
+        # the waiting runs' places in line (their booked starts) follow their arrival, and they take the GPUs in
+        # that order (flows.gpu_line); two whose starts are seconds apart may swap by their processes' boot times
         queue = sorted((t for t in trained if t["site"] == site and t["waited"]), key=lambda t: t["placed_at"])
         assert [t["start"] for t in queue] == sorted(t["start"] for t in queue)
         for first, then in zip(queue, queue[1:]):

@@ -1,0 +1,117 @@
+"""The line at a site's GPUs: runs that wait for slots ask for them in the order they were booked.
+
+Prefect's global concurrency limits count, they do not queue: a freed slot goes to whoever asks
+next, and when several runs overran their bookings the runs waiting behind them asked every second
+or so and a later one could take a GPU ahead of an earlier one. So the waiting runs keep a line in
+Prefect itself. A run that finds its slots taken tags its flow run ``gridshift-waiting:<limit>``
+(visible in the UI) and, from then on, asks the limit only when no other Running flow run with that
+tag is ahead of it. Its place is (booked start, placed at, flow run id), taken from its
+``placement`` parameter, or from Prefect's scheduled start and creation time for a run that was not
+placed. The tag comes off when the run has its slots or gives up. A run whose process died keeps
+the tag but leaves the line once Prefect marks it Crashed (no longer Running).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+__all__ = ["PlaceInLine", "WAITING_TAG_PREFIX", "WaitingLine", "place_in_line", "waiting_line", "waiting_tag"]
+
+WAITING_TAG_PREFIX = "gridshift-waiting:"
+
+
+@dataclass(frozen=True, order=True)
+class PlaceInLine:
+    """Where a run stands among the runs waiting for one limit: earlier booked start first."""
+
+    booked_start: datetime
+    placed_at: datetime
+    flow_run_id: str
+
+
+def waiting_tag(limit: str) -> str:
+    """The flow-run tag of the runs waiting in line for ``limit``."""
+    return f"{WAITING_TAG_PREFIX}{limit}"
+
+
+def place_in_line(flow_run_id: str, parameters: Mapping[str, Any], *, scheduled: datetime,
+                  created: datetime) -> PlaceInLine:
+    """A flow run's place in line: its placement's booked start and placing time, else Prefect's own times."""
+    from flows.placing import utc
+
+    placement = parameters.get("placement") or {}
+    start, placed_at = placement.get("start"), placement.get("placed_at")
+    return PlaceInLine(booked_start=utc(datetime.fromisoformat(start)) if start else utc(scheduled),
+                       placed_at=utc(datetime.fromisoformat(placed_at)) if placed_at else utc(created),
+                       flow_run_id=flow_run_id)
+
+
+def _place_of(run: Any) -> PlaceInLine:
+    return place_in_line(str(run.id), run.parameters or {}, scheduled=run.expected_start_time or run.created,
+                         created=run.created)
+
+
+class WaitingLine:
+    """One flow run's place in the line for ``limit``, kept as a tag on that flow run."""
+
+    def __init__(self, client: Any, limit: str, flow_run_id: str,
+                 announce: Callable[[str], None] | None = None) -> None:
+        self._client = client
+        self._limit = limit
+        self._announce = announce
+        self._tag = waiting_tag(limit)
+        self._id = UUID(flow_run_id)
+        self._joined = False
+        self.place = _place_of(client.read_flow_run(self._id))
+
+    def ahead(self) -> list[PlaceInLine]:
+        """The Running flow runs waiting in this line ahead of this one, first first."""
+        from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType,
+                                                    FlowRunFilterTags)
+        from prefect.client.schemas.objects import StateType
+
+        waiting = self._client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            tags=FlowRunFilterTags(all_=[self._tag]),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))), limit=200)
+        return sorted(p for p in map(_place_of, waiting) if p < self.place)
+
+    def join(self, ahead: int) -> None:
+        """Stand in line (once): tag this flow run, and say how many runs are ahead of it."""
+        if not self._joined:
+            self._retag(lambda tags: [*tags, self._tag])
+            self._joined = True
+            if self._announce is not None:
+                self._announce(f"{self._limit}: the GPU slots are taken; waiting in line behind {ahead} other run(s) "
+                               f"(flow-run tag {self._tag})")
+
+    def leave(self) -> None:
+        """Step out of line: drop the tag (a no-op when this run never joined)."""
+        if self._joined:
+            self._retag(lambda tags: [t for t in tags if t != self._tag])
+            self._joined = False
+
+    def _retag(self, change: Any) -> None:
+        # Prefect replaces a run's tags whole: read them, change them, write them back
+        tags = list(self._client.read_flow_run(self._id).tags or [])
+        self._client.update_flow_run(self._id, tags=list(dict.fromkeys(change(tags))))
+
+
+@contextmanager
+def waiting_line(limit: str, flow_run_id: str, announce: Callable[[str], None] | None = None) -> Iterator[WaitingLine]:
+    """The line for ``limit`` as seen by ``flow_run_id``; whatever happens, the run leaves it on exit.
+
+    ``announce`` gets one line when the run joins (for the run's log).
+    """
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        line = WaitingLine(client, limit, flow_run_id, announce)
+        try:
+            yield line
+        finally:
+            line.leave()

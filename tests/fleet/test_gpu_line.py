@@ -1,0 +1,127 @@
+"""The line at a site's GPUs: waiting runs take freed slots in the order they were booked.
+
+The place in line is a pure function; the line itself runs against the session's real Prefect API
+server (prefect_harness), with real flow runs in real states and real global concurrency limits.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flows.gpu_line import PlaceInLine, place_in_line, waiting_tag
+from flows.gpus import ensure_limits, gpu_limit_name, hold_gpus
+
+T0 = datetime(2026, 12, 3, 8, 27, tzinfo=timezone.utc)
+
+
+def test_a_placed_run_stands_by_its_booked_start_then_by_when_it_was_placed() -> None:
+    def placed(run_id: str, start_s: int, placed_s: int) -> PlaceInLine:
+        placement = {"start": (T0 + timedelta(seconds=start_s)).isoformat(),
+                     "placed_at": (T0 + timedelta(seconds=placed_s)).isoformat()}
+        return place_in_line(run_id, {"placement": placement}, scheduled=T0 + timedelta(hours=1), created=T0)
+
+    assert placed("b", 10, 0) < placed("a", 20, -5)  # booked earlier goes first, whenever it was placed
+    assert placed("b", 10, 0) < placed("a", 10, 1)  # same start: placed earlier goes first
+    assert placed("a", 10, 0) < placed("b", 10, 0)  # and the flow run id settles a tie
+    # a run that was not placed stands by Prefect's scheduled start and creation time
+    assert place_in_line("c", {}, scheduled=T0, created=T0 - timedelta(hours=1)) == \
+        PlaceInLine(booked_start=T0, placed_at=T0 - timedelta(hours=1), flow_run_id="c")
+
+
+@given(st.lists(st.tuples(st.integers(0, 600), st.integers(-600, 600)), min_size=1, max_size=12, unique=True))
+def test_the_line_is_a_total_order_that_prefect_times_and_zones_do_not_change(bookings: list[tuple[int, int]]) -> None:
+    from zoneinfo import ZoneInfo
+
+    berlin = ZoneInfo("Europe/Berlin")
+    runs = [(f"run-{i}", T0 + timedelta(seconds=s), T0 + timedelta(seconds=p)) for i, (s, p) in enumerate(bookings)]
+    in_utc = sorted(place_in_line(r, {"placement": {"start": s.isoformat(), "placed_at": p.isoformat()}},
+                                  scheduled=T0, created=T0) for r, s, p in runs)
+    in_berlin = sorted(place_in_line(r, {"placement": {"start": s.astimezone(berlin).isoformat(),
+                                                       "placed_at": p.astimezone(berlin).isoformat()}},
+                                     scheduled=T0, created=T0) for r, s, p in runs)
+    assert in_utc == in_berlin
+    assert [p.flow_run_id for p in in_utc] == [r for r, _, _ in sorted(runs, key=lambda r: (r[1], r[2], r[0]))]
+
+
+def _waiting_flow(placement: dict | None = None) -> None:
+    """Stands for the nightly flow: only its name and parameters reach the server."""
+
+
+def _running_run(client, name: str, start_s: int, *, state=None) -> str:
+    from prefect import flow
+    from prefect.states import Running
+
+    placement = {"start": (T0 + timedelta(seconds=start_s)).isoformat(), "placed_at": T0.isoformat()}
+    run = client.create_flow_run(flow(name="gridshift-line-test")(_waiting_flow), name=name, tags=["gridshift"],
+                                 parameters={"placement": placement}, state=state or Running())
+    return str(run.id)
+
+
+def _tagged(client, limit: str) -> set[str]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[waiting_tag(limit)])))
+    return {str(r.id) for r in runs}
+
+
+def _until(what: str, check, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {what}"
+        time.sleep(0.2)  # polling the server's state, not timing the code under test
+
+
+def test_waiting_runs_take_a_freed_gpu_in_the_order_they_were_booked(prefect_harness, tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+
+    site = f"line-{os.getpid()}"
+    limit = gpu_limit_name(site)
+    ensure_limits({limit: 1})
+    with get_client(sync_client=True) as client:
+        runs = {name: _running_run(client, name, start_s) for name, start_s in
+                (("first", 0), ("second", 5), ("third", 10))}
+        order: list[str] = []
+        said: dict[str, list[str]] = {name: [] for name in runs}
+
+        def wait_for_the_gpu(name: str) -> None:
+            with hold_gpus(site, 1, 1, lock_dir=tmp_path, wait_s=120, flow_run_id=runs[name],
+                           announce=said[name].append):
+                order.append(name)
+
+        waiters = []
+        with hold_gpus(site, 1, 1, lock_dir=tmp_path):  # an overrunning run holds the node's one GPU
+            for name in ("second", "third", "first"):  # the first booked comes to wait last
+                waiters.append(threading.Thread(target=wait_for_the_gpu, args=(name,)))
+                waiters[-1].start()
+                _until(f"{name} stands in line", lambda n=name: runs[n] in _tagged(client, limit))
+        for waiter in waiters:
+            waiter.join(timeout=120)
+        assert order == ["first", "second", "third"]
+        line = f"{limit}: the GPU slots are taken; waiting in line behind %d other run(s) (flow-run tag {waiting_tag(limit)})"
+        assert said == {"second": [line % 0], "third": [line % 1], "first": [line % 0]}
+        assert not _tagged(client, limit)  # each left the line once it had the GPU
+        assert client.read_flow_run(runs["first"]).tags == ["gridshift"]  # and the run's own tags are as they were
+
+
+def test_a_waiter_that_died_does_not_hold_up_the_line_once_prefect_marks_it_crashed(prefect_harness,
+                                                                                    tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.states import Crashed
+
+    site = f"line-crash-{os.getpid()}"
+    limit = gpu_limit_name(site)
+    ensure_limits({limit: 1})
+    with get_client(sync_client=True) as client:
+        dead = _running_run(client, "dead", 0, state=Crashed())
+        client.update_flow_run(dead, tags=["gridshift", waiting_tag(limit)])  # it died while in line
+        alive = _running_run(client, "alive", 60)
+        with hold_gpus(site, 1, 1, lock_dir=tmp_path, wait_s=5, flow_run_id=alive) as held:
+            assert held.devices == (0,)
+        assert _tagged(client, limit) == {dead}  # never joined: the GPU was free and nobody Running was ahead
