@@ -41,6 +41,8 @@ GPU_LEASE_S = 60.0
 #: 30 s once a few waiters have been turned away, so a slot could stay free for 30 s while runs
 #: wait for it and the next in line was whoever happened to wake first.
 SLOT_POLL_S = 1.0
+#: the jitter's own generator: waiting threads leave the process's global random state alone
+_JITTER = random.Random()
 
 
 class GpusBusy(Exception):
@@ -141,7 +143,7 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        time.sleep(min(poll_s * (1.0 + 0.5 * random.random()), left))  # the edge that waits: a real slot, a real clock
+        time.sleep(min(poll_s * (1.0 + 0.5 * _JITTER.random()), left))  # the edge that waits: a real slot, a real clock
 
 
 def _room_for(names: Sequence[str], occupy: int) -> bool:
