@@ -3,9 +3,10 @@
 Prefect's global concurrency limits count, they do not queue: a freed slot goes to whoever asks
 next, and when several runs overran their bookings the runs waiting behind them asked every second
 or so and a later one could take a GPU ahead of an earlier one. So the waiting runs keep a line in
-Prefect itself. A run that finds its slots taken tags its flow run ``gridshift-waiting:<limit>``
-(visible in the UI) and, from then on, asks the limit only when no other Running flow run with that
-tag is ahead of it. Its place is (booked start, placed at, flow run id), taken from its
+Prefect itself. A run about to ask for its slots first tags its flow run
+``gridshift-waiting:<limit>`` (visible in the UI), then asks the limit only when no other Running
+flow run with that tag is ahead of it. Joining before the first ask matters: two runs that reach
+the GPUs in the same second would otherwise race for a freed slot with their first asks. Its place is (booked start, placed at, flow run id), taken from its
 ``placement`` parameter, or from Prefect's scheduled start and creation time for a run that was not
 placed. The tag comes off when the run has its slots or gives up. A run whose process died keeps
 the tag but leaves the line once Prefect marks it Crashed (no longer Running).
@@ -67,6 +68,7 @@ class WaitingLine:
         self._tag = waiting_tag(limit)
         self._id = UUID(flow_run_id)
         self._joined = False
+        self._announced = False
         self.place = _place_of(client.read_flow_run(self._id))
 
     def ahead(self) -> list[PlaceInLine]:
@@ -80,14 +82,18 @@ class WaitingLine:
             state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))), limit=200)
         return sorted(p for p in map(_place_of, waiting) if p < self.place)
 
-    def join(self, ahead: int) -> None:
-        """Stand in line (once): tag this flow run, and say how many runs are ahead of it."""
+    def join(self) -> None:
+        """Stand in line: tag this flow run (once)."""
         if not self._joined:
             self._retag(lambda tags: [*tags, self._tag])
             self._joined = True
-            if self._announce is not None:
-                self._announce(f"{self._limit}: the GPU slots are taken; waiting in line behind {ahead} other run(s) "
-                               f"(flow-run tag {self._tag})")
+
+    def waiting(self, ahead: int) -> None:
+        """The run could not have its slots: say so once, with how many runs stand ahead of it."""
+        if self._announce is not None and not self._announced:
+            self._announce(f"{self._limit}: the GPU slots are taken; waiting in line behind {ahead} other run(s) "
+                           f"(flow-run tag {self._tag})")
+            self._announced = True
 
     def leave(self) -> None:
         """Step out of line: drop the tag (a no-op when this run never joined)."""
@@ -103,15 +109,16 @@ class WaitingLine:
 
 @contextmanager
 def waiting_line(limit: str, flow_run_id: str, announce: Callable[[str], None] | None = None) -> Iterator[WaitingLine]:
-    """The line for ``limit`` as seen by ``flow_run_id``; whatever happens, the run leaves it on exit.
+    """``flow_run_id`` standing in the line for ``limit``: joined on entry, left on exit whatever happens.
 
-    ``announce`` gets one line when the run joins (for the run's log).
+    ``announce`` gets one line if the run has to wait (for the run's log).
     """
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
         line = WaitingLine(client, limit, flow_run_id, announce)
         try:
+            line.join()
             yield line
         finally:
             line.leave()

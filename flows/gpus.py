@@ -5,8 +5,9 @@ one slot per GPU (created by ``gridshift deploy``, see :func:`ensure_limits`). A
 there takes ``job.gpus`` slots (:func:`hold_gpus`). Placement books GPUs ahead, so a run normally
 finds its slots free; when an earlier run overran, the run waits *in Prefect* for them: the same
 flow run, Running, asks Prefect's limit until the slots free up (it is never re-created, and the
-wait is bounded by ``wait_s``), in line behind the runs booked before it (:mod:`flows.gpu_line`). The slots are leased for :data:`GPU_LEASE_S`: the run's process
-renews the lease while it lives, and a dead process's slots come back when the lease lapses.
+wait is bounded by ``wait_s``), in line behind the runs booked before it (:mod:`flows.gpu_line`).
+The slots are leased for :data:`GPU_LEASE_S`: the run's process renews the lease while it lives,
+and a dead process's slots come back when the lease lapses.
 
 The node picks: holding slots says *how many* GPUs are free, not *which*. Each device has a lock
 file under ``$GRIDSHIFT_HOME/gpu-locks/<site>/``; a run takes ``flock`` on as many free ones as it
@@ -56,11 +57,13 @@ class GpuHold:
     site: str
     limit: str
     devices: tuple[int, ...]
+    #: when the run began asking for the slots (standing in line from then on), and when it had them
+    asked_at: datetime
     acquired_at: datetime
 
     def as_report(self) -> dict[str, object]:
         return {"site": self.site, "gpu_limit": self.limit, "gpus": list(self.devices),
-                "gpus_acquired_at": self.acquired_at.isoformat()}
+                "gpus_asked_at": self.asked_at.isoformat(), "gpus_acquired_at": self.acquired_at.isoformat()}
 
 
 def gpu_limit_name(site: str) -> str:
@@ -114,8 +117,8 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
     """Hold ``occupy`` slots of every limit in ``names`` (one request: all or none) until ``stack`` closes.
 
     Asks once; while the limits answer 423 (taken), looks again every ``poll_s`` (jittered) and asks
-    when they count enough slots free, for up to ``wait_s`` seconds. With a ``line``, a run whose
-    slots were taken joins it and from then on asks only while no run is ahead of it. Returns False
+    when they count enough slots free, for up to ``wait_s`` seconds. With a ``line`` (the run has
+    joined it), it asks only while no run stands ahead of it. Returns False
     when the wait ran out; raises ConcurrencySlotAcquisitionError for anything but "taken" (e.g. a
     limit that does not exist). The slots are leased for ``lease_s`` and renewed while this process
     lives.
@@ -139,7 +142,7 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
                 if not (isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code == 423):
                     raise
         if line is not None:
-            line.join(len(ahead))
+            line.waiting(len(ahead))
         left = deadline - time.monotonic()
         if left <= 0:
             return False
@@ -164,21 +167,23 @@ def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait
               flow_run_id: str | None = None, announce: Callable[[str], None] | None = None) -> Iterator[GpuHold]:
     """Hold ``count`` of ``site``'s GPU slots and lock that many devices; waits up to ``wait_s`` for the slots.
 
-    ``flow_run_id`` (the run that will train) waits in line (:mod:`flows.gpu_line`): among the runs
-    waiting for this site's slots, the one booked first asks first; ``announce`` gets a line when it
-    joins the line. Raises GpusBusy when the slots are not free within ``wait_s`` (at once for 0), or when a device
-    is held outside gridshift.
+    ``flow_run_id`` (the run that will train) stands in line (:mod:`flows.gpu_line`): among the runs
+    asking for this site's slots, the one booked first asks first; ``announce`` gets a line if it
+    has to wait. Raises GpusBusy when the slots are not free within ``wait_s`` (at once for 0), or
+    when a device is held outside gridshift.
     """
     if count > gpus_per_node:
         raise GpusBusy(f"the run needs {count} GPUs, the node at {site} has {gpus_per_node}")
     limit = gpu_limit_name(site)
     with ExitStack() as stack:
         with waiting_line(limit, flow_run_id, announce) if flow_run_id else nullcontext() as line:
+            asked_at = datetime.now(timezone.utc)
             taken = take_slots([limit], count, wait_s=wait_s, lease_s=GPU_LEASE_S, stack=stack, line=line)
         if not taken:
             raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free" + (f" for {wait_s:.0f} s" if wait_s > 0 else ""))
         devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
-        yield GpuHold(site=site, limit=limit, devices=devices, acquired_at=datetime.now(timezone.utc))
+        yield GpuHold(site=site, limit=limit, devices=devices, asked_at=asked_at,
+                      acquired_at=datetime.now(timezone.utc))
 
 
 @contextmanager

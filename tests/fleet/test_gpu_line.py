@@ -12,6 +12,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -124,4 +125,24 @@ def test_a_waiter_that_died_does_not_hold_up_the_line_once_prefect_marks_it_cras
         alive = _running_run(client, "alive", 60)
         with hold_gpus(site, 1, 1, lock_dir=tmp_path, wait_s=5, flow_run_id=alive) as held:
             assert held.devices == (0,)
-        assert _tagged(client, limit) == {dead}  # never joined: the GPU was free and nobody Running was ahead
+        assert _tagged(client, limit) == {dead}  # the live one left the line with the GPU
+
+
+def test_a_run_stands_in_line_before_its_first_ask(prefect_harness, tmp_path: Path) -> None:
+    """Two runs reaching a free GPU in the same moment: the one booked first gets it, not the faster asker."""
+    from prefect.client.orchestration import get_client
+
+    from flows.gpu_line import waiting_line
+    from flows.gpus import GpusBusy
+
+    site = f"line-first-ask-{os.getpid()}"
+    limit = gpu_limit_name(site)
+    ensure_limits({limit: 1})
+    with get_client(sync_client=True) as client:
+        earlier, later = _running_run(client, "earlier", 0), _running_run(client, "later", 5)
+        with waiting_line(limit, earlier):  # in line, its ask not sent yet
+            with pytest.raises(GpusBusy, match="free for 2 s"):
+                with hold_gpus(site, 1, 1, lock_dir=tmp_path, wait_s=2, flow_run_id=later):
+                    pass
+        with hold_gpus(site, 1, 1, lock_dir=tmp_path, wait_s=2, flow_run_id=later) as held:  # its turn now
+            assert held.asked_at <= held.acquired_at

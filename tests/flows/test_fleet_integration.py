@@ -202,8 +202,6 @@ SITES_19 = ("ld1", "ld2")
 LOAD_JOB_S, LOAD_CHANGEOVER_S = 10, 20
 #: the anchor: RUNNING on ld2 while every placement happens, then its node is killed
 ANCHOR_JOB_S = 900
-#: how far apart two flow processes booted for the same moment may start on a loaded 2-core machine
-BOOT_JITTER_S = 15
 #: how long after a state's timestamp the server may commit it on a loaded machine (see _no_room_for)
 STATE_LAG_S = 5
 TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
@@ -446,6 +444,7 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
     assert sorted(r["status"] for r in reports) == sorted(["crashed"] * len(unsubmitted) + ["completed"] * (13 - len(unsubmitted)))
     reports = [r for r in reports if r["status"] == "completed"]
     trained = [{"site": r["extra"]["site"], "held": _utc(r["extra"]["gpus_acquired_at"]), "ended": _utc(r["ended_at"]),
+                "asked": _utc(r["extra"]["gpus_asked_at"]),
                 "placed_at": _utc(r["extra"]["placement"]["placed_at"]), "start": _utc(r["extra"]["placement"]["start"]),
                 "waited": r["extra"]["placement"]["placed_at"] in waited} for r in reports]
     anchor_hold = {"site": "ld2", "held": _utc(anchor_run["start_time"]), "ended": datetime.now(timezone.utc)}
@@ -453,12 +452,16 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
         mine = [t for t in trained + [anchor_hold] if t["site"] == site]
         for t in mine:
             assert sum(1 for o in mine if o["held"] <= t["held"] < o["ended"]) <= 2, (site, t)
-        # the waiting runs' places in line (their booked starts) follow their arrival, and they take the GPUs in
-        # that order (flows.gpu_line); two whose starts are seconds apart may swap by their processes' boot times
+        # the waiting runs' places in line (their booked starts) follow their arrival
         queue = sorted((t for t in trained if t["site"] == site and t["waited"]), key=lambda t: t["placed_at"])
         assert [t["start"] for t in queue] == sorted(t["start"] for t in queue)
-        for first, then in zip(queue, queue[1:]):
-            assert first["held"] <= then["held"] + timedelta(seconds=BOOT_JITTER_S), (site, first, then)
+        # and at the GPUs no run overtook one booked before it that already stood in line (flows.gpu_line). A run
+        # still booting is not in line yet; the server may commit a tag a few seconds after the run wrote it
+        line = sorted((t for t in trained if t["site"] == site), key=lambda t: (t["start"], t["placed_at"]))
+        for i, first in enumerate(line):
+            for then in line[i + 1:]:
+                assert first["held"] <= then["held"] or first["asked"] >= then["held"] - timedelta(seconds=STATE_LAG_S), \
+                    (site, first, then)
     # 3: marked crashed, slot free and a ledger row, each within 5 minutes of the kill
     assert f"no heartbeat for {CRASH_AFTER_S} s" in crashed["state"]["message"]
     assert crashed_after < 300 and freed_after < 300 and recorded_after < 300, (crashed_after, freed_after, recorded_after)
