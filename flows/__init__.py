@@ -1,7 +1,8 @@
 """flows: Prefect flows that wrap a training run, deployments, and the ``gridshift`` CLI (the front door).
 
 Rooms: ``job/`` (the training job's process and files), ``run/`` (one ``gridshift run`` around the flow),
-``deployments/`` and ``cli/``; the flows themselves (training, supervise, nightly) and placement at the top.
+``fleet/`` (placement and a node's GPUs), ``deployments/`` and ``cli/``; the flows themselves (training,
+supervise, nightly) at the top.
 """
 
 __all__ = ["carbon_aware_training"]

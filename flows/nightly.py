@@ -7,7 +7,7 @@ Two kinds of run, told apart by the ``plan`` parameter:
   time has come (a deferred run moved earlier in the UI simply trains earlier, and decides its modes
   for the moment it really starts). Nothing in it sleeps for its start, so it never holds a worker
   or a concurrency slot while waiting for it (a site run whose GPUs an overrunning run still holds
-  waits for them in Prefect's limit: :mod:`flows.gpus`).
+  waits for them in Prefect's limit: :mod:`flows.fleet.gpus`).
 * **a planning run** (``plan=True``): what the deployment's cron creates (its schedule carries
   ``parameters: {plan: true}``, see :func:`flows.deployments.deploy.deploy_policy`). It reads the forecast,
   picks the start with :func:`scheduler.planner.inputs.plan_start` and, when the start is later than now,
@@ -85,7 +85,8 @@ def nightly_retrain(
     run never waits for it, since Prefect starts the run at its scheduled time. ``site`` (one of the
     policy's sites; set by the per-site deployments): the run holds ``job.gpus`` of that node's GPU
     slots while it trains and pins those GPUs; when an overrunning run still holds them it waits for
-    them in Prefect's global concurrency limit (the same flow run, see :mod:`flows.gpus`).
+    them in Prefect's global concurrency limit (the same flow run, see :mod:`flows.fleet.gpus`); once it gave
+    them back, the run queued next on the site may start at once (:mod:`flows.fleet.early_start`).
     ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.job.windows`).
     ``placement`` (informational) is where and when the planner put the run, and why; it goes into the
     report. A policy with sites started without one is placed first: a planning run picks site and
@@ -121,7 +122,7 @@ def _has_sites(policy_path: str) -> bool:
 
 def _place(policy_path: str, *, start_now: bool, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Choose site and start (and modes) together, and create the run on that site's deployment."""
-    from flows.placing import submit_placed_run
+    from flows.fleet.placing import submit_placed_run
     from scheduler.planner.inputs import occurrence_for, run_key
     from scheduler.policy.loader import load_policy
 
@@ -152,7 +153,7 @@ GPU_WAIT_S = 3600.0
 def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, ledger_path: str | None,
                    placement: dict[str, Any] | None, run_id: str | None,
                    resume: dict[str, Any] | None) -> dict[str, Any]:
-    from flows.gpus import hold_gpus, pin_environment
+    from flows.fleet.gpus import hold_gpus, pin_environment
     from flows.training import carbon_aware_training
     from scheduler.store.ledger import gridshift_home
     from scheduler.policy.loader import load_policy
@@ -162,15 +163,36 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
 
     policy = load_policy(policy_path)
     node = site_named(policy, site)
-    with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
-                   wait_s=GPU_WAIT_S, flow_run_id=flow_run.get_id(), announce=get_run_logger().info) as held:
-        get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
-        with pin_environment(held.devices):
-            return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
-                                            ledger_path=ledger_path, start_now=True, site=site,
-                                            report_extra={**held.as_report(),
-                                                          **({"placement": placement} if placement else {})},
-                                            run_id=run_id, resume=resume)
+    me, held_gpus = flow_run.get_id(), False
+    try:
+        with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
+                       wait_s=GPU_WAIT_S, flow_run_id=me, announce=get_run_logger().info) as held:
+            held_gpus = True
+            get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
+            with pin_environment(held.devices):
+                return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
+                                                ledger_path=ledger_path, start_now=True, site=site,
+                                                report_extra={**held.as_report(),
+                                                              **({"placement": placement} if placement else {})},
+                                                run_id=run_id, resume=resume)
+    finally:
+        if held_gpus and me is not None:
+            _hand_on_gpus(node, me)
+
+
+def _hand_on_gpus(node: Any, finished_run_id: str) -> None:
+    """The GPUs this run gave back go to the run queued next on its site, now (see :mod:`flows.fleet.early_start`)."""
+    from flows.fleet.early_start import start_queued_early
+
+    logger = get_run_logger()
+    try:
+        moved = start_queued_early(node, finished_run_id=finished_run_id)
+    except Exception as exc:  # the run itself is over; a queued run then starts at its booked time
+        logger.info("%s: could not move the next queued run to now (%s: %s); it starts at its booked time",
+                       node.name, type(exc).__name__, exc)
+        return
+    if moved is not None:
+        logger.info(moved.sentence(node.name))
 
 
 def _fused_record(monitor: Any, policy: Any, *, zone: str, nominal: datetime, now: datetime) -> Any:

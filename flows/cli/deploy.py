@@ -92,7 +92,7 @@ def submit(
         raise fail(exc, EXIT_INPUT) from None
     if not loaded.sites:
         raise fail(f"{policy}: sites: the policy lists no sites to place the run on", EXIT_INPUT)
-    from flows.placing import submit_placed_run
+    from flows.fleet.placing import submit_placed_run
 
     try:
         with contextlib.redirect_stdout(sys.stderr):

@@ -181,9 +181,9 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     one line per deployment replaced, per limit created or resized and per automation created.
     """
     from flows.deployments.fleet_runs import record_crashed_run
-    from flows.gpus import ensure_limits, gpu_limit_name
+    from flows.fleet.gpus import ensure_limits, gpu_limit_name
     from flows.nightly import nightly_retrain
-    from flows.placing import placing_limit_name
+    from flows.fleet.placing import placing_limit_name
     from scheduler.errors import PolicyError
     from scheduler.policy.loader import load_policy
 

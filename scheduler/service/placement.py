@@ -24,7 +24,7 @@ from scheduler.planner import ModeFigures, Objective, RunPlan
 from scheduler.planner.inputs import plan_policy_job
 from scheduler.policy.types import Policy, Site
 
-__all__ = ["Booking", "SitePlan", "Placement", "modes_at_site", "place_run", "objective_value",
+__all__ = ["Booking", "SitePlan", "Placement", "has_room", "modes_at_site", "place_run", "objective_value",
            "forecast_mean_g_per_kwh"]
 
 
@@ -108,6 +108,11 @@ def _full_intervals(site: Site, gpus: int, mine: Sequence[Booking]) -> list[tupl
             else:
                 out.append((lo, hi))
     return out
+
+
+def has_room(site: Site, gpus: int, bookings: Sequence[Booking], start: datetime, end: datetime) -> bool:
+    """Whether ``site``'s node has ``gpus`` GPUs free through ``[start, end)`` beside ``bookings`` (changeover included)."""
+    return not any(lo < end and start < hi for lo, hi in _full_intervals(site, gpus, _node_bookings(site, bookings)))
 
 
 def _conflict(plan: RunPlan, full: Sequence[tuple[datetime, datetime]]) -> datetime | None:

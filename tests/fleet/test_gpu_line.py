@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flows.gpu_line import PlaceInLine, place_in_line, waiting_tag
-from flows.gpus import ensure_limits, gpu_limit_name, hold_gpus
+from flows.fleet.gpu_line import PlaceInLine, place_in_line, waiting_tag
+from flows.fleet.gpus import ensure_limits, gpu_limit_name, hold_gpus
 
 T0 = datetime(2026, 12, 3, 8, 27, tzinfo=timezone.utc)
 
@@ -132,8 +132,8 @@ def test_a_run_stands_in_line_before_its_first_ask(prefect_harness, tmp_path: Pa
     """Two runs reaching a free GPU in the same moment: the one booked first gets it, not the faster asker."""
     from prefect.client.orchestration import get_client
 
-    from flows.gpu_line import waiting_line
-    from flows.gpus import GpusBusy
+    from flows.fleet.gpu_line import waiting_line
+    from flows.fleet.gpus import GpusBusy
 
     site = f"line-first-ask-{os.getpid()}"
     limit = gpu_limit_name(site)

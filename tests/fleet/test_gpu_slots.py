@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.gpus import GpusBusy, ensure_limits, gpu_limit_name, hold_gpus, pin_environment
+from flows.fleet.gpus import GpusBusy, ensure_limits, gpu_limit_name, hold_gpus, pin_environment
 
 
 def test_a_node_never_hands_out_more_gpus_than_it_has(prefect_harness, tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def _hold_once(site: str, lock_dir: Path, wait_s: float = 60.0) -> tuple[int, ..
 
 
 def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_told_to_redeploy(prefect_harness) -> None:
-    from flows.placing import placing_limit_name, placing_lock
+    from flows.fleet.placing import placing_limit_name, placing_lock
 
     sites = [f"pa-{os.getpid()}", f"pb-{os.getpid()}"]
     ensure_limits({placing_limit_name(s): 1 for s in sites}, "placement at a time")

@@ -155,7 +155,7 @@ def _prefect_time(value: datetime):
 def test_prefect_times_cross_into_placement_as_utc_aware_stdlib_datetimes() -> None:
     import pytest
 
-    from flows.placing import utc
+    from flows.fleet.placing import utc
 
     started = _prefect_time(NOW + timedelta(minutes=90))
     shifted = started.astimezone(timezone.utc) + timedelta(minutes=5)
@@ -172,7 +172,7 @@ def _placed(start: datetime, hours: float = 1.0, site: str = "b", gpus: int = 1)
 
 
 def test_running_scheduled_and_late_runs_book_the_gpus_they_will_really_use() -> None:
-    from flows.placing import booking_of_run
+    from flows.fleet.placing import booking_of_run
 
     planned = NOW + timedelta(hours=1)
     # Prefect hands the running run's start time as its own DateTime: it started 30 min late, finishes 30 min late
@@ -188,7 +188,7 @@ def test_running_scheduled_and_late_runs_book_the_gpus_they_will_really_use() ->
 
 
 def test_placing_while_runs_run_is_placing_around_them() -> None:
-    from flows.placing import booking_of_run
+    from flows.fleet.placing import booking_of_run
 
     valley = _series([600.0, 100.0, 100.0, 100.0, 600.0, 600.0, 600.0, 600.0, 600.0, 600.0])
     began = _prefect_time(NOW - timedelta(minutes=10))
@@ -213,7 +213,7 @@ def test_a_run_meant_to_start_now_goes_where_a_gpu_is_free_now() -> None:
 
 
 def test_placed_starts_lie_on_the_crons_grid_not_on_when_planning_ran() -> None:
-    from flows.placing import on_grid, plan_placement
+    from flows.fleet.placing import on_grid, plan_placement
 
     fired = datetime(2026, 3, 1, 21, 0, tzinfo=timezone.utc)  # the cron's planning run fires at the earliest start
     assert on_grid(fired + timedelta(seconds=7), fired, 900) == fired + timedelta(minutes=15)

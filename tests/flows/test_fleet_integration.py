@@ -118,7 +118,7 @@ def test_three_nodes_eight_runs(prefect_server, tmp_path, monkeypatch):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.deployments.deploy import deploy_policy
-    from flows.placing import submit_placed_run
+    from flows.fleet.placing import submit_placed_run
 
     monkeypatch.setenv("GRIDSHIFT_HOME", env["GRIDSHIFT_HOME"])
     traces = {s: tmp_path / f"{s}.csv" for s in SITES}
@@ -290,17 +290,17 @@ def _no_room_for(runs: list[dict], site: str, at: datetime, length: timedelta) -
     """Whether the placer, placing at ``at``, had no room on ``site`` for a run of ``length`` starting then:
     its 2 GPUs both booked at some moment of ``[at, at + length)``, or runs already waiting in line there.
 
-    Its own rules (:func:`flows.placing.booking_of_run`, padded by the changeover, and the line of
+    Its own rules (:func:`flows.fleet.placing.booking_of_run`, padded by the changeover, and the line of
     :attr:`scheduler.service.placement.Booking.queued`), over the runs placed before ``at`` and not finished
     by then, in the states they had at ``at``. A run that ended less than ``STATE_LAG_S`` before ``at`` is
     counted as still running: Prefect stamps a state when the flow process proposes it, and on a loaded
     machine the server may commit it (and the placer see it) seconds later.
     """
-    from flows.placing import booking_of_run
+    from flows.fleet.placing import booking_of_run
 
     spans, line = [], False
     for run in runs:
-        placed = run["parameters"]["placement"]
+        placed = _as_booked(run["parameters"]["placement"], at)
         if placed["site"] != site or _utc(placed["placed_at"]) >= at:
             continue
         if run["end_time"] and _utc(run["end_time"]) <= at - timedelta(seconds=STATE_LAG_S):
@@ -313,9 +313,19 @@ def _no_room_for(runs: list[dict], site: str, at: datetime, length: timedelta) -
     return line or any(sum(g for lo, hi, g in spans if lo <= m < hi) >= 2 for m in moments)
 
 
+def _as_booked(placed: dict, at: datetime | None = None) -> dict:
+    """A run's placement as it was booked at ``at`` (before any move, without ``at``): a run moved up to start
+    early when GPUs freed (flows.fleet.early_start) was, until then, booked at its first start."""
+    if "moved_up_at" not in placed or (at is not None and _utc(placed["moved_up_at"]) <= at):
+        return placed
+    start = _utc(placed["moved_up_from"])
+    return {**placed, "start": start.isoformat(),
+            "finish": (start + (_utc(placed["finish"]) - _utc(placed["start"]))).isoformat()}
+
+
 def _placements(runs: list[dict]) -> list[tuple]:
     """What a failure needs to be read: each run's placement and its times on the server."""
-    keys = ("site", "placed_at", "start", "finish", "queued")
+    keys = ("site", "placed_at", "start", "finish", "queued", "moved_up_from", "moved_up_at")
     return sorted((tuple(r["parameters"]["placement"].get(k) for k in keys), r["name"], r["state_type"],
                    r["start_time"], r["end_time"]) for r in runs)
 
@@ -328,8 +338,8 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.deployments.deploy import CRASH_AFTER_S, deploy_policy
-    from flows.gpu_line import WAITING_TAG_PREFIX
-    from flows.gpus import gpu_limit_name
+    from flows.fleet.gpu_line import WAITING_TAG_PREFIX
+    from flows.fleet.gpus import gpu_limit_name
 
     monkeypatch.setenv("GRIDSHIFT_HOME", env["GRIDSHIFT_HOME"])
     traces = {s: tmp_path / f"{s}.csv" for s in SITES_19}
@@ -410,10 +420,12 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
 
     print(f"crashed after {crashed_after:.0f} s, slot free after {freed_after:.0f} s, "
           f"ledger row after {recorded_after:.0f} s")
-    # the runs that overran made others wait in line for their GPUs (flows.gpu_line); each left it with its GPUs
+    # the runs that overran made others wait in line for their GPUs (flows.fleet.gpu_line); each left it with its GPUs
     said = httpx.post(f"{api}/logs/filter", timeout=30, json={"limit": 200, "logs": {
         "flow_run_id": {"any_": [r["id"] for r in runs]}, "text": {"query": '"waiting in line"'}}}).json()
     print(f"{len({log['flow_run_id'] for log in said})} of {len(runs)} placed runs waited in line for a GPU")
+    moved = [r for r in runs if "moved_up_from" in r["parameters"]["placement"]]
+    print(f"{len(moved)} of {len(runs)} placed runs moved up to start when GPUs freed early")
     assert not [t for r in runs for t in r["tags"] if t.startswith(WAITING_TAG_PREFIX)]
     # 1: each of the three kinds of placement made a run while the anchor was RUNNING
     phase1 = [r for r in runs if r["id"] not in ten]
@@ -431,7 +443,7 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
     every = runs + [anchor_run]
     waited = set()
     for run in (r for r in runs if r["id"] in ten):  # one placed to wait had no site with a GPU free for it
-        placed = run["parameters"]["placement"]
+        placed = _as_booked(run["parameters"]["placement"])
         at = _utc(placed["placed_at"])
         if _utc(placed["start"]) - at > timedelta(seconds=2):
             waited.add(placed["placed_at"])
@@ -446,6 +458,7 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
     trained = [{"site": r["extra"]["site"], "held": _utc(r["extra"]["gpus_acquired_at"]), "ended": _utc(r["ended_at"]),
                 "asked": _utc(r["extra"]["gpus_asked_at"]),
                 "placed_at": _utc(r["extra"]["placement"]["placed_at"]), "start": _utc(r["extra"]["placement"]["start"]),
+                "booked": _utc(_as_booked(r["extra"]["placement"])["start"]),
                 "waited": r["extra"]["placement"]["placed_at"] in waited} for r in reports]
     anchor_hold = {"site": "ld2", "held": _utc(anchor_run["start_time"]), "ended": datetime.now(timezone.utc)}
     for site in SITES_19:  # never more runs holding GPUs on a site than it has
@@ -454,8 +467,8 @@ def test_a_fleet_under_load_and_through_a_crash(prefect_server, tmp_path, monkey
             assert sum(1 for o in mine if o["held"] <= t["held"] < o["ended"]) <= 2, (site, t)
         # the waiting runs' places in line (their booked starts) follow their arrival
         queue = sorted((t for t in trained if t["site"] == site and t["waited"]), key=lambda t: t["placed_at"])
-        assert [t["start"] for t in queue] == sorted(t["start"] for t in queue)
-        # and at the GPUs no run overtook one booked before it that already stood in line (flows.gpu_line). A run
+        assert [t["booked"] for t in queue] == sorted(t["booked"] for t in queue)
+        # and at the GPUs no run overtook one booked before it that already stood in line (flows.fleet.gpu_line). A run
         # still booting is not in line yet; the server may commit a tag a few seconds after the run wrote it
         line = sorted((t for t in trained if t["site"] == site), key=lambda t: (t["start"], t["placed_at"]))
         for i, first in enumerate(line):

@@ -31,8 +31,8 @@ from scheduler.service.placement import Booking, Placement, place_run
 from scheduler.policy.types import Policy
 from scheduler.policy.sites import policy_at_site
 
-__all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_bookings", "on_grid", "placing_limit_name",
-           "placing_lock", "plan_placement", "submit_placed_run", "utc"]
+__all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_bookings", "on_grid", "placed_runs",
+           "placing_limit_name", "placing_lock", "plan_placement", "submit_placed_run", "utc"]
 
 #: states of a flow run that holds (or will hold) its node's GPUs
 _HOLDING = ["SCHEDULED", "PENDING", "RUNNING"]
@@ -98,8 +98,8 @@ def booking_of_run(placement: Mapping[str, Any], state: str, started: datetime |
                    queued=bool(placement.get("queued", False)))
 
 
-def fleet_bookings(site_names: Sequence[str], now: datetime) -> list[Booking]:
-    """The GPU bookings of gridshift runs placed on ``site_names`` that have not finished yet."""
+def placed_runs(site_names: Sequence[str], now: datetime) -> list[tuple[Any, Booking]]:
+    """The gridshift flow runs placed on ``site_names`` that have not finished yet, each with its GPU booking."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType, FlowRunFilterTags
 
@@ -107,12 +107,17 @@ def fleet_bookings(site_names: Sequence[str], now: datetime) -> list[Booking]:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
             state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_HOLDING)),
             tags=FlowRunFilterTags(all_=["gridshift"])), limit=200)
-    bookings: list[Booking] = []
+    out: list[tuple[Any, Booking]] = []
     for run in runs:
         placed = (run.parameters or {}).get("placement") or {}
         if placed.get("site") in site_names and run.state_type is not None:
-            bookings.append(booking_of_run(placed, run.state_type.value, run.start_time, now))
-    return bookings
+            out.append((run, booking_of_run(placed, run.state_type.value, run.start_time, now)))
+    return out
+
+
+def fleet_bookings(site_names: Sequence[str], now: datetime) -> list[Booking]:
+    """The GPU bookings of gridshift runs placed on ``site_names`` that have not finished yet."""
+    return [booking for _, booking in placed_runs(site_names, now)]
 
 
 @contextmanager
@@ -120,7 +125,7 @@ def placing_lock(site_names: Sequence[str], *, wait_s: float = PLACING_WAIT_S) -
     """Hold the placing slot of every site in ``site_names`` (one request: all or none, so no deadlock)."""
     from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
 
-    from flows.gpus import take_slots
+    from flows.fleet.gpus import take_slots
 
     names = [placing_limit_name(s) for s in sorted(site_names)]
     with ExitStack() as stack:

@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-__all__ = ["PlaceInLine", "WAITING_TAG_PREFIX", "WaitingLine", "place_in_line", "waiting_line", "waiting_tag"]
+__all__ = ["PlaceInLine", "WAITING_TAG_PREFIX", "WaitingLine", "place_in_line", "place_of_run", "waiting_line",
+           "waiting_tag"]
 
 WAITING_TAG_PREFIX = "gridshift-waiting:"
 
@@ -43,7 +44,7 @@ def waiting_tag(limit: str) -> str:
 def place_in_line(flow_run_id: str, parameters: Mapping[str, Any], *, scheduled: datetime,
                   created: datetime) -> PlaceInLine:
     """A flow run's place in line: its placement's booked start and placing time, else Prefect's own times."""
-    from flows.placing import utc
+    from flows.fleet.placing import utc
 
     placement = parameters.get("placement") or {}
     start, placed_at = placement.get("start"), placement.get("placed_at")
@@ -52,7 +53,8 @@ def place_in_line(flow_run_id: str, parameters: Mapping[str, Any], *, scheduled:
                        flow_run_id=flow_run_id)
 
 
-def _place_of(run: Any) -> PlaceInLine:
+def place_of_run(run: Any) -> PlaceInLine:
+    """A Prefect flow run's place in line (see :func:`place_in_line`)."""
     return place_in_line(str(run.id), run.parameters or {}, scheduled=run.expected_start_time or run.created,
                          created=run.created)
 
@@ -69,7 +71,7 @@ class WaitingLine:
         self._id = UUID(flow_run_id)
         self._joined = False
         self._announced = False
-        self.place = _place_of(client.read_flow_run(self._id))
+        self.place = place_of_run(client.read_flow_run(self._id))
 
     def ahead(self) -> list[PlaceInLine]:
         """The Running flow runs waiting in this line ahead of this one, first first."""
@@ -80,7 +82,7 @@ class WaitingLine:
         waiting = self._client.read_flow_runs(flow_run_filter=FlowRunFilter(
             tags=FlowRunFilterTags(all_=[self._tag]),
             state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))), limit=200)
-        return sorted(p for p in map(_place_of, waiting) if p < self.place)
+        return sorted(p for p in map(place_of_run, waiting) if p < self.place)
 
     def join(self) -> None:
         """Stand in line: tag this flow run (once)."""

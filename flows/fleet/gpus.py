@@ -5,7 +5,7 @@ one slot per GPU (created by ``gridshift deploy``, see :func:`ensure_limits`). A
 there takes ``job.gpus`` slots (:func:`hold_gpus`). Placement books GPUs ahead, so a run normally
 finds its slots free; when an earlier run overran, the run waits *in Prefect* for them: the same
 flow run, Running, asks Prefect's limit until the slots free up (it is never re-created, and the
-wait is bounded by ``wait_s``), in line behind the runs booked before it (:mod:`flows.gpu_line`).
+wait is bounded by ``wait_s``), in line behind the runs booked before it (:mod:`flows.fleet.gpu_line`).
 The slots are leased for :data:`GPU_LEASE_S`: the run's process renews the lease while it lives,
 and a dead process's slots come back when the lease lapses.
 
@@ -29,10 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-from flows.gpu_line import WaitingLine, waiting_line
+from flows.fleet.gpu_line import WaitingLine, waiting_line
 
 __all__ = ["GpuHold", "GpusBusy", "GPU_LEASE_S", "GPU_LIMIT_PREFIX", "SLOT_POLL_S", "ensure_limits", "gpu_limit_name",
-           "hold_gpus", "pin_environment", "take_slots"]
+           "hold_gpus", "pin_environment", "room_for", "take_slots"]
 
 GPU_LIMIT_PREFIX = "gridshift-gpus-"
 #: Prefect's shortest lease: a node that died gives its GPU slots back at most this long after
@@ -131,7 +131,7 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
     asked = False
     while True:
         ahead = [] if line is None else line.ahead()
-        if not ahead and (not asked or _room_for(names, occupy)):
+        if not ahead and (not asked or room_for(names, occupy)):
             asked = True
             try:
                 stack.enter_context(concurrency(list(names), occupy=occupy, max_retries=0, strict=True,
@@ -149,7 +149,7 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
         time.sleep(min(poll_s * (1.0 + 0.5 * _JITTER.random()), left))  # the edge that waits: a real slot, a real clock
 
 
-def _room_for(names: Sequence[str], occupy: int) -> bool:
+def room_for(names: Sequence[str], occupy: int) -> bool:
     """Whether every limit in ``names`` counts ``occupy`` slots free now.
 
     A waiter looks before it asks again: each refused request is an ERROR line from Prefect's lease
@@ -167,7 +167,7 @@ def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait
               flow_run_id: str | None = None, announce: Callable[[str], None] | None = None) -> Iterator[GpuHold]:
     """Hold ``count`` of ``site``'s GPU slots and lock that many devices; waits up to ``wait_s`` for the slots.
 
-    ``flow_run_id`` (the run that will train) stands in line (:mod:`flows.gpu_line`): among the runs
+    ``flow_run_id`` (the run that will train) stands in line (:mod:`flows.fleet.gpu_line`): among the runs
     asking for this site's slots, the one booked first asks first; ``announce`` gets a line if it
     has to wait. Raises GpusBusy when the slots are not free within ``wait_s`` (at once for 0), or
     when a device is held outside gridshift.
