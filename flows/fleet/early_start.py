@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from flows.fleet.gpu_line import PlaceInLine, place_of_run
 from scheduler.policy.types import Site
@@ -88,29 +89,38 @@ def start_queued_early(site: Site, *, finished_run_id: str, now: datetime | None
     from prefect.states import Scheduled
 
     from flows.fleet.gpus import gpu_limit_name, room_for
-    from flows.fleet.placing import placed_runs, placing_lock, utc
+    from flows.fleet.placing import placing_lock, utc
 
+    now = utc(now) if now is not None else datetime.now(timezone.utc)
+    if _choose(site, finished_run_id, now) is None:
+        return None  # nothing to move (the usual end of a run): no lock taken, no placement held up
     with placing_lock([site.name], wait_s=lock_wait_s):
-        now = utc(now) if now is not None else datetime.now(timezone.utc)
-        found = [(run, booking) for run, booking in placed_runs([site.name], now) if str(run.id) != finished_run_id]
-        runs = [SiteRun(place_of_run(run), booking, run.state_type.value) for run, booking in found]
-        chosen = next_to_start_early(site, runs, now)
+        chosen = _choose(site, finished_run_id, now)  # again: a placement may have changed the bookings meanwhile
         # the bookings count a run that overran its planned length as done; Prefect's count knows better
-        if chosen is None or not room_for([gpu_limit_name(site.name)], chosen.booking.gpus):
+        if chosen is None or not room_for([gpu_limit_name(site.name)], chosen[1].gpus):
             return None
-        run = next(run for run, _ in found if str(run.id) == chosen.place.flow_run_id)
+        run, booking = chosen
         with get_client(sync_client=True) as client:
             if client.read_flow_run(run.id).state_type.value != "SCHEDULED":  # a worker took it meanwhile
                 return None
-            parameters = dict(run.parameters)
-            booked = dict(parameters["placement"])
-            start, finish = (utc(datetime.fromisoformat(booked[k])) for k in ("start", "finish"))
-            parameters["placement"] = {**booked, "start": now.isoformat(), "finish": (now + (finish - start)).isoformat(),
-                                       "moved_up_from": booked["start"], "moved_up_at": now.isoformat()}
-            parameters["planned_start"] = now.isoformat()
-            client.update_flow_run(run.id, parameters=parameters)
+            booked = run.parameters["placement"]
+            moved = {**booked, "start": now.isoformat(), "finish": (now + (booking.end - booking.start)).isoformat(),
+                     "moved_up_from": booked["start"], "moved_up_at": now.isoformat()}
+            client.update_flow_run(run.id, parameters={**run.parameters, "placement": moved,
+                                                       "planned_start": now.isoformat()})
             result = client.set_flow_run_state(run.id, Scheduled(scheduled_time=now))
             if result.status.value != "ACCEPT":  # the server kept its state: put the booking back as it was
-                client.update_flow_run(run.id, parameters=dict(run.parameters))
+                client.update_flow_run(run.id, parameters=run.parameters)
                 return None
-    return MovedUp(flow_run_id=str(run.id), name=run.name, booked_start=start, start=now)
+    return MovedUp(flow_run_id=str(run.id), name=run.name, booked_start=booking.start, start=now)
+
+
+def _choose(site: Site, finished_run_id: str, now: datetime) -> tuple[Any, Booking] | None:
+    """The Prefect flow run to move (with its booking), from the site's runs as Prefect has them now."""
+    from flows.fleet.placing import placed_runs
+
+    found = {str(run.id): (run, booking) for run, booking in placed_runs([site.name], now)}
+    found.pop(finished_run_id, None)
+    runs = [SiteRun(place_of_run(run), booking, run.state_type.value) for run, booking in found.values()]
+    chosen = next_to_start_early(site, runs, now)
+    return None if chosen is None else found[chosen.place.flow_run_id]

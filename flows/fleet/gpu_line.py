@@ -71,7 +71,10 @@ class WaitingLine:
         self._id = UUID(flow_run_id)
         self._joined = False
         self._announced = False
-        self.place = place_of_run(client.read_flow_run(self._id))
+        run = client.read_flow_run(self._id)
+        self.place = place_of_run(run)
+        # Prefect replaces a run's tags whole; nothing else retags a Running run, so these are its tags
+        self._tags = [t for t in run.tags or [] if t != self._tag]
 
     def ahead(self) -> list[PlaceInLine]:
         """The Running flow runs waiting in this line ahead of this one, first first."""
@@ -87,7 +90,7 @@ class WaitingLine:
     def join(self) -> None:
         """Stand in line: tag this flow run (once)."""
         if not self._joined:
-            self._retag(lambda tags: [*tags, self._tag])
+            self._client.update_flow_run(self._id, tags=[*self._tags, self._tag])
             self._joined = True
 
     def waiting(self, ahead: int) -> None:
@@ -100,13 +103,8 @@ class WaitingLine:
     def leave(self) -> None:
         """Step out of line: drop the tag (a no-op when this run never joined)."""
         if self._joined:
-            self._retag(lambda tags: [t for t in tags if t != self._tag])
+            self._client.update_flow_run(self._id, tags=self._tags)
             self._joined = False
-
-    def _retag(self, change: Any) -> None:
-        # Prefect replaces a run's tags whole: read them, change them, write them back
-        tags = list(self._client.read_flow_run(self._id).tags or [])
-        self._client.update_flow_run(self._id, tags=list(dict.fromkeys(change(tags))))
 
 
 @contextmanager
