@@ -140,6 +140,9 @@ def run_supervised(spec: RunSpec, backend: Backend, control: bool, monitor: Carb
         watched.append(trial.watch(handle, backend.energy_mj))
         return watched[-1]
 
+    # the saving's baseline needs the modes' figures also when threshold rules decide (the planner records its own)
+    out.extra.setdefault("mode_figures", [{"mode": f.name, "power_w": f.power_w, "speed": f.speed, "source": f.source,
+                                           "measured": f.measured} for f in prepared.figures])
     try:
         run = run_job(spec=spec, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
                       first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
