@@ -1,4 +1,6 @@
-"""What a run saved against its baseline: the same work at the cron time, in the reference mode.
+"""What a run saved against its baseline: the same work from its nominal start, in the reference mode.
+
+The nominal start is the cron time of a deployment's run, and the moment a plain ``gridshift run`` was asked for.
 
 A pure function of the run's report (the JSON the ledger and the Prefect artifact keep), so the
 report, the artifact, ``gridshift runs`` and ``gridshift report`` show the same figure, also for
@@ -58,7 +60,7 @@ class Saving:
         return out
 
     def phrase(self) -> str:
-        """One line for people: ``0.12 g (20.4 %) less than the cron time (...) in speed mode``."""
+        """One line for people: ``0.12 g (20.4 %) less than the nominal start (...) in speed mode``."""
         if self.saved_g is None or self.saved_pct is None:
             return f"unknown against {self.baseline}: {self.why}"
         more_or_less = "less" if self.saved_g >= 0 else "more"
@@ -137,12 +139,12 @@ def _baseline(report: dict[str, Any], figures: dict[str, dict[str, Any]], ref: s
 
 
 def run_saving(report: dict[str, Any]) -> Saving:
-    """The run's saving against the cron time in the reference mode (see the module docstring)."""
+    """The run's saving against the nominal start in the reference mode (see the module docstring)."""
     extra = report.get("extra") or {}
     figures = {f["mode"]: f for f in extra.get("mode_figures") or () if isinstance(f, dict) and "mode" in f}
     ref = _reference_mode(report, figures)
     nominal = _t(report["nominal_start"])
-    baseline = f"the cron time ({nominal:%Y-%m-%d %H:%M} UTC) in {ref or 'the reference'} mode"
+    baseline = f"the nominal start ({nominal:%Y-%m-%d %H:%M} UTC) in {ref or 'the reference'} mode"
     carbon_g = float(report.get("carbon_g") or 0.0)
     if not report.get("modes"):
         return Saving(baseline, carbon_g, why="the job did not run")
@@ -162,7 +164,7 @@ def run_saving(report: dict[str, Any]) -> Saving:
     measured = "measured" if report.get("measured") else "modelled (simulated backend)"
     ratio = "measured" if figures and all(f.get("measured") for f in figures.values()) else "modelled"
     label = (f"run: {measured} energy x recorded intensity; baseline: modelled, that energy x the modes' "
-             f"{ratio} energy per unit of work, at the intensity recorded for the cron time's hours")
+             f"{ratio} energy per unit of work, at the intensity recorded for the baseline's hours")
     return Saving(baseline, carbon_g, baseline_g=baseline_g, saved_g=saved,
                   saved_pct=100.0 * saved / baseline_g if baseline_g > 0 else 0.0, baseline_energy_j=energy_j,
                   baseline_start=nominal, baseline_end=end, label=label)
@@ -175,6 +177,6 @@ def with_saving(report: dict[str, Any]) -> dict[str, Any]:
     try:
         saving = run_saving(report).to_json()
     except (KeyError, TypeError, ValueError) as exc:  # a report of an older or foreign shape
-        saving = {"baseline": "the cron time in the reference mode", "saved_g": None, "saved_pct": None,
+        saving = {"baseline": "the nominal start in the reference mode", "saved_g": None, "saved_pct": None,
                   "why": f"the report lacks what the saving needs ({type(exc).__name__}: {exc})"}
     return {**report, "saving": saving}

@@ -42,7 +42,7 @@ def test_an_efficiency_run_at_the_cron_time_saves_the_modes_energy_difference() 
     assert s.baseline_end == T0 + timedelta(seconds=3600)
     assert s.saved_pct == pytest.approx(100 * (1 - 420 / 0.75 / 700))
     assert s.saved_g == pytest.approx(s.baseline_g - report["carbon_g"])
-    assert "cron time (2026-03-02 01:00 UTC) in speed mode" in s.baseline
+    assert s.baseline == "the nominal start (2026-03-02 01:00 UTC) in speed mode"
     assert "baseline: modelled" in s.label and "run: measured energy" in s.label
 
 
@@ -53,7 +53,7 @@ def test_a_deferred_run_is_compared_with_the_intensity_recorded_for_the_cron_hou
     s = run_saving(report)
     assert s.baseline_g == pytest.approx(700 * 3600 / 3.6e6 * 500)
     assert s.saved_pct == pytest.approx(60.0)
-    assert s.phrase().startswith("210 g (60.0 %) less than the cron time") and s.phrase().endswith("(350 g)")
+    assert s.phrase().startswith("210 g (60.0 %) less than the nominal start") and s.phrase().endswith("(350 g)")
 
 
 def test_the_spans_own_intensity_wins_where_the_baseline_overlaps_them() -> None:
