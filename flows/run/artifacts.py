@@ -1,9 +1,10 @@
 """RunReport -> Prefect markdown artifact; every figure says measured or modelled.
 
 Each run's artifact has a stable key, ``gridshift-run-<run id>`` (a retried record replaces its own
-version, never adds a run), and ends with the whole report as a JSON block, so
+version, never adds a run), and carries the whole report as JSON in an HTML comment at its end, so
 :func:`report_from_markdown` (and ``gridshift runs --from prefect``) can read every node's runs back
-from the Prefect API.
+from the Prefect API. A comment, not a code block: the UI shows nothing of it (its lines, wider than
+the page, were cut off), and the artifact's raw markdown still has it for a person who wants it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from scheduler.saving import with_saving
 __all__ = ["report_markdown", "artifact_key", "report_from_markdown", "RUN_ARTIFACT_PREFIX"]
 
 RUN_ARTIFACT_PREFIX = "gridshift-run-"
-_JSON_OPEN = "<!-- gridshift report -->\n```json\n"
+_JSON_OPEN = "<!-- gridshift report -->\n```json\n"  # artifacts written before the report moved into a comment
+_JSON_COMMENT = "<!-- gridshift report json: "
+_COMMENT_END = " -->"
 
 
 def artifact_key(run_id: str) -> str:
@@ -28,13 +31,21 @@ def artifact_key(run_id: str) -> str:
 
 def report_from_markdown(markdown: str) -> dict[str, Any] | None:
     """The report a run artifact carries, or None for an artifact without one."""
+    start = markdown.rfind(_JSON_COMMENT)
+    if start >= 0:
+        body = markdown[start + len(_JSON_COMMENT):]
+        return _json_object(body[:body.find(_COMMENT_END)] if _COMMENT_END in body else body)
     start = markdown.rfind(_JSON_OPEN)
     if start < 0:
         return None
     body = markdown[start + len(_JSON_OPEN):]
     end = body.rfind("```")
+    return _json_object(body[:end] if end >= 0 else body)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
     try:
-        report = json.loads(body[:end] if end >= 0 else body)
+        report = json.loads(text)
     except ValueError:
         return None
     return report if isinstance(report, dict) else None
@@ -43,7 +54,7 @@ def report_from_markdown(markdown: str) -> dict[str, Any] | None:
 def report_markdown(report: dict[str, Any]) -> str:
     """The run as markdown for the Prefect UI: the decision, the saving, the chart (an SVG image), short
     tables (nothing wider than the page at 1400 px), the placement, and the report as JSON for machines."""
-    report = with_saving(report)
+    recorded, report = report, with_saving(report)  # the JSON below is the report as recorded
     label = report["energy_label"]
     saving = report["saving"]
     lines = [
@@ -81,7 +92,7 @@ def report_markdown(report: dict[str, Any]) -> str:
                      f"{m['carbon_g']:.4f} | {'-' if g is None else f'{g:.0f}'} |")
     lines.append("")
     # long text goes in lists, which wrap, not in table cells, which widen the table past the page
-    lines += [f"- **{m['mode']}** from {m['start'][11:19]}: {m['reason'] or 'no reason recorded'}"
+    lines += [f"- **{m['mode']}** from {m['start'][11:19]}: {(m['reason'] or 'no reason recorded').rstrip('.')}."
               + (f" Settings: {m['settings']}." if m.get("settings") else "") for m in report["modes"]]
     lines += _placement(report)
     if report.get("warnings"):
@@ -90,8 +101,10 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += ["", f"**Error**: {report['error']}"]
     if saving.get("label"):
         lines += ["", f"_What is measured and what is modelled_: {saving['label']}."]
-    lines += ["", "<details><summary>Report (machine-readable JSON)</summary>", "",
-              _JSON_OPEN + json.dumps(report, sort_keys=True, indent=1) + "\n```", "", "</details>"]
+    # "<" and ">" escaped: nothing in the report can end the comment ("-->") or open a tag
+    machine = json.dumps(recorded, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e")
+    lines += ["", "_The whole report as JSON is in this artifact's raw markdown; `gridshift runs --from prefect --json` "
+              "reads it._", "", _JSON_COMMENT + machine + _COMMENT_END]
     return "\n".join(lines)
 
 
