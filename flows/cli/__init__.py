@@ -57,7 +57,6 @@ from flows.cli import profile as _profile  # noqa: E402,F401
 from flows.cli import simulate as _simulate  # noqa: E402,F401
 from flows.cli import deploy as _deploy  # noqa: E402,F401
 from flows.cli import simulate_sites as _simulate_sites  # noqa: E402,F401
-from flows.cli import forecasts as _forecasts  # noqa: E402,F401
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
