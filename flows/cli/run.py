@@ -336,6 +336,9 @@ def report(
                 write_png(chart, plot)
         except OSError as exc:
             raise fail(f"--plot {plot}: {exc.strerror or exc}", EXIT_INPUT) from None
+        except ImportError as exc:  # a broken install: matplotlib is a dependency
+            raise fail(f"--plot {plot}: needs matplotlib, a dependency of gridshift that is missing here ({exc}); "
+                       "reinstall gridshift with its dependencies, or write FILE.svg", EXIT_ENV) from None
         echo(f"gridshift: chart of run {found['run_id']} written to {plot}", err=True)
     if json_out:
         echo(json.dumps(found, sort_keys=True))
