@@ -46,11 +46,12 @@ class Band:
 
 @dataclass(frozen=True)
 class Marker:
-    """A moment: ``cron``, ``start``, ``planned`` or ``deadline``."""
+    """A moment: ``cron``, ``start``, ``planned`` or ``deadline``; ``row`` stacks the labels of close moments."""
 
     kind: str
     at: float
     label: str
+    row: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,15 @@ def _y_ticks(y_max: float) -> tuple[float, tuple[tuple[float, str], ...]]:
     return top, tuple((k * step, f"{k * step:g}") for k in range(int(round(top / step)) + 1))
 
 
+def _stacked(markers: list[Marker], x_max: float) -> list[Marker]:
+    """Labels of moments closer than a tenth of the chart go one row up each (three rows, then again)."""
+    out: list[Marker] = []
+    for m in markers:
+        row = sum(1 for o in out if m.at - o.at < 0.1 * x_max) % 3
+        out.append(Marker(m.kind, m.at, m.label, row))
+    return out
+
+
 def run_chart(report: dict[str, Any]) -> RunChart:
     """The chart of one run (see the module docstring); ``report`` is the ledger's JSON of the run."""
     report = with_saving(report)
@@ -149,6 +159,7 @@ def run_chart(report: dict[str, Any]) -> RunChart:
         markers.append(Marker("planned", x(planned), f"planned {when(planned)}"))
     if deadline is not None:
         markers.append(Marker("deadline", x(deadline), f"deadline {when(deadline)}"))
+    markers = _stacked(sorted(markers, key=lambda m: m.at), x_max)
     values = [p[2] for s in steps for p in s.pieces] or [float(report.get("intensity_g_per_kwh") or 0.0) or 1.0]
     y_max, y_ticks = _y_ticks(max(values) * 1.1)
     if saving.get("saved_g") is not None:

@@ -33,10 +33,10 @@ def write_png(chart: RunChart, path: str | Path, *, dpi: int = 100) -> Path:
     out = Path(path)
     fig = plt.figure(figsize=(9.6, 4.5), dpi=dpi)
     try:
-        ax = fig.add_axes((0.07, 0.34, 0.9, 0.48))
+        ax = fig.add_axes((0.07, 0.34, 0.9, 0.45))
         lanes = fig.add_axes((0.07, 0.2, 0.9, 0.1), sharex=ax)
         fig.text(0.07, 0.95, chart.title, fontsize=12, fontweight="bold")
-        fig.text(0.07, 0.905, chart.subtitle, fontsize=9.5)
+        fig.text(0.07, 0.91, chart.subtitle, fontsize=9.5)
         fig.text(0.07, 0.02, chart.note, fontsize=8, alpha=0.8)
         for band in (b for b in chart.bands if b.lane == "baseline"):
             ax.axvspan(band.start, band.end, color=band.colour, alpha=0.22, label=band.label, lw=0)
@@ -53,7 +53,7 @@ def write_png(chart: RunChart, path: str | Path, *, dpi: int = 100) -> Path:
             for axis in (ax, lanes):
                 axis.axvline(m.at, **_MARKER_STYLE[m.kind])
             right = m.at > 0.85 * chart.x_max  # a label near the right edge reads leftwards, inside the figure
-            ax.annotate(m.label, (m.at, 1.0), xycoords=("data", "axes fraction"), xytext=(-2 if right else 2, 3),
+            ax.annotate(m.label, (m.at, 1.0), xycoords=("data", "axes fraction"), xytext=(-2 if right else 2, 3 + 11 * m.row),
                         textcoords="offset points", fontsize=8, ha="right" if right else "left")
         ax.set_xlim(0, chart.x_max)
         ax.set_ylim(0, chart.y_max)

@@ -66,14 +66,11 @@ def chart_svg(chart: RunChart) -> str:
                        f"<title>{escape(band.label)}</title></rect>")
             if w > 8 * len(band.label):
                 out.append(_text(sx(band.start) + w / 2, y + 12, band.label, 11, "middle"))
-    placed: list[float] = []
-    for m in sorted(chart.markers, key=lambda m: m.at):
+    for m in chart.markers:
         x = sx(m.at)
         out.append(f'<line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{_LANES_TOP + 2 * _LANE_H + 6}" {_MARKER_STYLE[m.kind]}/>')
-        row = sum(1 for p in placed if abs(p - x) < 90)  # labels of close moments stack upwards
-        placed.append(x)
         anchor = "end" if x > _RIGHT - 80 else "start"
-        out.append(_text(x + (-3 if anchor == "end" else 3), _TOP - 6 - 14 * (row % 3), m.label, 11, anchor))
+        out.append(_text(x + (-3 if anchor == "end" else 3), _TOP - 6 - 14 * m.row, m.label, 11, anchor))
     tick_y = _LANES_TOP + 2 * (_LANE_H + 4) + 14
     for s, label in chart.x_ticks:
         out.append(_text(sx(s), tick_y, label, 11, "middle"))

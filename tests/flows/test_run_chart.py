@@ -68,6 +68,11 @@ def test_the_chart_shows_intensity_start_against_cron_modes_and_deadline() -> No
     assert all(0 <= x <= chart.x_max for x, _ in chart.x_ticks) and len(chart.x_ticks) >= 3
 
 
+def test_labels_of_close_moments_do_not_overlap() -> None:
+    rows = {m.kind: m.row for m in run_chart(deferred_report(delay_h=0.0005)).markers}  # started 2 s after the cron time
+    assert rows["cron"] != rows["start"]
+
+
 def test_a_planned_start_apart_from_the_real_one_is_marked() -> None:
     report = deferred_report()
     report["extra"]["plan"]["start"] = _iso(NOMINAL + timedelta(hours=3))
