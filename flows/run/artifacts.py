@@ -79,6 +79,8 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines += [
         f"| duration | {report['duration_s']:.2f} s | measured |",
         f"| intensity | {report['intensity_g_per_kwh'] or 0:.0f} gCO2/kWh | {report['intensity_source']} |",
+        *([] if (report.get("extra") or {}).get("placement") else  # a placed run's table has it, beside its planned start
+          [f"| nominal start | {_when(report.get('nominal_start'))} | the cron time under a deployment |"]),
         f"| start | {str(report.get('started_at', ''))[:19].replace('T', ' ')} UTC | {start_words(report)} |",
         "",
         "## Modes",

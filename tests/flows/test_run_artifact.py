@@ -31,6 +31,7 @@ def test_the_artifact_says_what_was_saved_and_shows_the_chart() -> None:
     assert "**Saving**: saved **260.4 g CO2 (46.5 %)** against the baseline, the nominal start (2026-03-02 01:00 UTC)" in markdown
     image = re.search(r"!\[chart of run [^]]*\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", markdown)
     assert image is not None and base64.b64decode(image.group(1)).decode().startswith("<svg")
+    assert "| nominal start | 2026-03-02 01:00:00 UTC | the cron time under a deployment |" in markdown
     assert "| baseline | 560.0000 g | modelled" in markdown and "| start | 2026-03-02 03:00:00 UTC | deferred 2 h 00 min" in markdown
     assert "_What is measured and what is modelled_: run: measured energy" in markdown
 
