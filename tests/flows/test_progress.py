@@ -82,3 +82,24 @@ def test_simulate_shows_progress_on_a_terminal_and_json_stays_one_object(tmp_pat
                             "--json"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert piped.returncode == 0 and json.loads(piped.stdout)["jobs"] == 39
     assert "simulating" not in piped.stderr  # no terminal, no progress
+
+
+def test_the_long_loops_tell_their_progress(tmp_path: Path) -> None:
+    from backends.simulated import SimulatedBackend
+    from carbon.trace_file import read_trace
+    from plans.zeus_trace import SHAPES, bench_traces, synthetic_trace
+    from scheduler.planner.mode_figures import figures_for_policy
+    from scheduler.policy.loader import load_policy
+    from simulation.sim_forecast import NoisyTraceForecaster
+    from simulation.simulate import simulate
+
+    policy = load_policy(REPO / "examples" / "nightly.yaml")
+    calls: list[tuple[int, int]] = []
+    simulate(policy, read_trace(_trace(tmp_path / "t.csv", days=20)), figures_for_policy(policy, backend=SimulatedBackend()),
+             NoisyTraceForecaster(error=0.0), workers=1, progress=lambda done, total: calls.append((done, total)))
+    assert calls[0] == (0, calls[0][1]) and calls[-1] == (calls[0][1], calls[0][1]) and calls[0][1] > 10
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    told: list[tuple[int, int]] = []
+    bench_traces([synthetic_trace(next(iter(SHAPES)), eta=0.5)], recurrences=3, seeds=[0, 1],
+                 progress=lambda done, total: told.append((done, total)))
+    assert told == [(1, 2), (2, 2)]
