@@ -15,11 +15,11 @@ from prefect.exceptions import TerminationSignal
 
 from backends.base import Backend
 from carbon.monitor import Reading
+from carbon.series import IntensitySeries
 from flows.job.process import JobFailed
 from flows.supervise import SupervisedRun
 from flows.job.windows import defer_next_window
 from scheduler.planner.thresholds import Decision
-from carbon.series import IntensitySeries
 from scheduler.report import RunReport, deadline_miss
 from scheduler.run_spec import RunSpec
 from scheduler.saving import run_saving
