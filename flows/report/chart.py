@@ -161,7 +161,7 @@ def run_chart(report: dict[str, Any]) -> RunChart:
         markers.append(Marker("deadline", x(deadline), f"deadline {when(deadline)}"))
     markers = _stacked(sorted(markers, key=lambda m: m.at), x_max)
     values = [p[2] for s in steps for p in s.pieces] or [float(report.get("intensity_g_per_kwh") or 0.0) or 1.0]
-    y_max, y_ticks = _y_ticks(max(values) * 1.1)
+    y_max, y_ticks = _y_ticks(max(max(values) * 1.1, 1.0))  # a grid at 0 g/kWh still gets an axis
     if saving.get("saved_g") is not None:
         verb = "saved" if saving["saved_g"] >= 0 else "cost"
         subtitle = (f"{verb} {abs(saving['saved_g']):.4g} g CO2 ({abs(saving['saved_pct']):.1f} %) against "

@@ -93,6 +93,15 @@ def test_everything_lies_on_the_chart(delay_h: float, seconds: float) -> None:
     assert all(0 <= a <= b <= chart.x_max and g <= chart.y_max for s in chart.steps for a, b, g in s.pieces)
 
 
+def test_a_clean_grid_at_0_g_per_kwh_still_draws() -> None:
+    report = deferred_report()
+    for span in report["modes"]:
+        span["g_per_kwh"] = 0.0
+    report["extra"]["intensity_at_start"]["points"] = [[p[0], p[1], 0.0, p[3]] for p in report["extra"]["intensity_at_start"]["points"]]
+    chart = run_chart(report)
+    assert chart.y_max > 0 and ET.fromstring(chart_svg(chart)) is not None
+
+
 def test_a_report_from_before_the_chart_still_draws() -> None:
     report = deferred_report()
     for key in ("intensity_at_start", "plan", "deadline", "reference_mode"):
