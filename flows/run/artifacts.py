@@ -125,7 +125,7 @@ def _chart(report: dict[str, Any]) -> list[str]:
 
     try:
         chart = run_chart(report)
-    except (KeyError, TypeError, ValueError):  # a report without the times a chart needs (a crashed run's)
+    except (KeyError, TypeError, ValueError, ArithmeticError):  # a report without the times a chart needs (a crashed run's)
         return []
     return [f"![chart of run {report['run_id']}: intensity as planned and as measured, start, modes, deadline]"
             f"({svg_data_uri(chart_svg(chart))})", ""]
