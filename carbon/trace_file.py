@@ -1,6 +1,6 @@
 """Read carbon-intensity traces in gridshift's trace format.
 
-Format (see README, "Trace files"): a header row; the timestamp is the first column (or the column
+Format (see docs/reference.md, "Trace files"): a header row; the timestamp is the first column (or the column
 named ``timestamp``/``time``/``datetime`` when the first is not a time); it is ISO-8601 or
 ``YYYY-MM-DD HH:MM[:SS]``, UTC when naive. The intensity (gCO2/kWh) is the only other numeric
 column, or the one ``column`` names. Rows may be irregularly spaced and have gaps: each point lasts

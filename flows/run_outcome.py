@@ -8,21 +8,37 @@ and the error it returns is raised, so the flow run fails after its report is ke
 from __future__ import annotations
 
 import signal
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from prefect.exceptions import TerminationSignal
 
 from backends.base import Backend
 from carbon.monitor import Reading
+from carbon.series import IntensitySeries
 from flows.job.process import JobFailed
 from flows.supervise import SupervisedRun
 from flows.job.windows import defer_next_window
 from scheduler.planner.thresholds import Decision
 from scheduler.report import RunReport, deadline_miss
 from scheduler.run_spec import RunSpec
+from scheduler.saving import run_saving
 
-__all__ = ["describe_error", "run_report"]
+__all__ = ["describe_error", "intensity_at_start", "run_report"]
+
+#: the series read at the start is kept this far around the run's hours (the chart's margins)
+_KEEP_AROUND = timedelta(hours=1)
+#: at most this many points of it (a 5-minute series over a day's window)
+_MAX_POINTS = 400
+
+
+def intensity_at_start(series: IntensitySeries, start: datetime, end: datetime) -> dict[str, Any]:
+    """The series the run read at its start (the provider's history, then its forecast) over ``[start, end)``
+    and an hour each side: what the first plan stood on, for the report's chart and the saving's baseline.
+    Points are ``[start, duration s, g/kWh, forecast?]``."""
+    points = series.window(start - _KEEP_AROUND, end + _KEEP_AROUND).points[:_MAX_POINTS]
+    return {"points": [[p.start.isoformat(), p.duration.total_seconds(), p.g_per_kwh, p.forecast] for p in points],
+            "kind": series.kind if points else "", "zone": series.zone}
 
 
 def describe_error(exc: BaseException) -> str:
@@ -72,6 +88,11 @@ def run_report(spec: RunSpec, run: SupervisedRun, *, reading: Reading, decision:
         warnings.append(late_warning)
     energy_j = run.energy_j
     extra = {**(report_extra or {}), **run.extra}
+    extra["reference_mode"] = spec.clean_mode
+    if deadline is not None:
+        extra["deadline"] = deadline.isoformat()
+    horizon = [t for t in (ended, deadline, *(s.end for s in run.spans)) if t is not None]
+    extra["intensity_at_start"] = intensity_at_start(reading.series, min(nominal, started), max(horizon))
     fused = [n for n in reading.notes if n.startswith("forecast:fused")]
     if fused:  # the forecast the plans stood on, and its record, in one sentence
         extra["forecast"] = fused[0]
@@ -97,4 +118,5 @@ def run_report(spec: RunSpec, run: SupervisedRun, *, reading: Reading, decision:
         exit_code=run.exit_code, error=error, warnings=tuple(warnings), carbon_sources=tuple(run.sources), extra=extra,
         windows=tuple(run.windows), late_s=late_s,
     ).to_json()
+    report["saving"] = run_saving(report).to_json()
     return report, raised

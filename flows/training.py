@@ -27,6 +27,7 @@ from backends.safety import install_restore_handlers
 from backends.registry import create_backend
 from carbon.monitor import CarbonMonitor, Reading
 from carbon.series import as_utc
+from flows.report.human import took
 from flows.run.artifacts import artifact_key, report_markdown
 from flows.run_outcome import run_report
 from flows.deployments.flow_parameters import JsonParametersFlow
@@ -100,7 +101,7 @@ def wait_until(start_at: datetime, now: Callable[[], datetime] = _utcnow, sleep:
     logger = get_run_logger()
     waited = 0.0
     while (left := (start_at - now()).total_seconds()) > 0:
-        logger.info("waiting %.0f s more until %s UTC", left, f"{start_at:%H:%M}")
+        logger.info("waiting for the start at %s UTC: %s left", f"{start_at:%Y-%m-%d %H:%M}", took(left))
         step = min(left, 60.0)
         sleep(step)
         waited += step
@@ -140,6 +141,9 @@ def run_supervised(spec: RunSpec, backend: Backend, control: bool, monitor: Carb
         watched.append(trial.watch(handle, backend.energy_mj))
         return watched[-1]
 
+    # the saving's baseline needs the modes' figures also when threshold rules decide (the planner records its own)
+    out.extra.setdefault("mode_figures", [{"mode": f.name, "power_w": f.power_w, "speed": f.speed, "source": f.source,
+                                           "measured": f.measured} for f in prepared.figures])
     try:
         run = run_job(spec=spec, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
                       first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,

@@ -22,7 +22,7 @@ class PolicyError(SchedulerError):
     (each a ``scheduler.policy.loader.PolicyIssue``; ``hidden`` counts those past the listing limit);
     :meth:`lines` gives one line per error, for ``policy check`` and ``run``."""
 
-    def __init__(self, message: str, *, path: str = "", line: int = 0, column: int = 0, more: int = 0,
+    def __init__(self, message: str, *, path: str = "", line: int | None = 0, column: int | None = 0, more: int = 0,
                  issues: tuple[Any, ...] = (), hidden: int = 0) -> None:
         super().__init__(message)
         self.path = path

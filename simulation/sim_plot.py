@@ -1,8 +1,7 @@
 """Plot a simulation: the grid intensity with each job's window, the runs on lanes of their own
 (baseline, gridshift, oracle; coloured by mode), and cumulative carbon.
 
-Needs matplotlib (``pip install matplotlib``, or from a checkout ``pip install -e '.[plot]'``);
-imported lazily so the rest of the package does not depend on it.
+Draws with matplotlib (a dependency of gridshift), imported only when a plot is asked for.
 """
 
 from __future__ import annotations
@@ -52,8 +51,8 @@ def plot_simulation(result: SimulationResult, path: str | Path, *, title: str = 
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise PlotUnavailable("--plot needs matplotlib: pip install matplotlib "
-                              "(from a gridshift checkout: pip install -e '.[plot]')") from exc
+        raise PlotUnavailable(f"--plot needs matplotlib, a dependency of gridshift that is missing here: "
+                              f"reinstall gridshift with its dependencies ({exc})") from exc
 
     out = Path(path)
     t0, step = result.t0, result.step_s

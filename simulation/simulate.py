@@ -31,7 +31,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -237,27 +237,42 @@ def _simulate_chunk(offsets: Sequence[float], ctx: _JobContext | None = None) ->
     return [_simulate_job(ctx, ns) for ns in offsets]
 
 
-def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None) -> list[dict[str, JobOutcome]]:
+#: chunks per worker process: more than one, so progress is told while the workers run
+_CHUNKS_PER_WORKER = 8
+
+
+def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None,
+              progress: Callable[[int, int], None] | None = None) -> list[dict[str, JobOutcome]]:
     """Jobs are independent: spread them over ``workers`` processes (default: one per core), in order.
 
     Forked workers inherit the context (trace, forecaster, a forecast archive) without copying or
     pickling it; only the job offsets and outcomes cross. Where fork is unavailable it runs in-process.
+    ``progress(done, total)`` is called as jobs finish.
     """
     global _FORKED
+    tell = progress or (lambda done, total: None)
+    tell(0, len(offsets))
     n = workers if workers is not None else (os.cpu_count() or 1)
     n = min(n, len(offsets) // _MIN_JOBS_PER_WORKER)
     if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return _simulate_chunk(offsets, ctx)
-    chunks = [offsets[k::n] for k in range(n)]  # interleaved: each worker gets every season
+        out = []
+        for ns in offsets:
+            out += _simulate_chunk([ns], ctx)
+            tell(len(out), len(offsets))
+        return out
+    m = n * _CHUNKS_PER_WORKER
+    chunks = [offsets[k::m] for k in range(m)]  # interleaved: each chunk gets every season
     _FORKED = ctx
+    ordered: list[dict[str, JobOutcome]] = [{}] * len(offsets)
     try:
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
-            parts = list(pool.map(_simulate_chunk, chunks))
+            done = 0
+            for k, part in enumerate(pool.map(_simulate_chunk, chunks)):
+                ordered[k::m] = part
+                done += len(part)
+                tell(done, len(offsets))
     finally:
         _FORKED = None
-    ordered: list[dict[str, JobOutcome]] = [{}] * len(offsets)
-    for k, part in enumerate(parts):
-        ordered[k::n] = part
     return ordered
 
 
@@ -281,13 +296,15 @@ def simulate(
     strategies: Sequence[str] = STRATEGIES,
     workers: int | None = None,
     pace_error: float = 0.0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SimulationResult:
     """Replay ``policy``'s recurring job over ``trace`` (see the module docstring).
 
     ``workers``: processes to spread the jobs over (default: one per core; 1 runs in this process).
     The result does not depend on it: every forecaster answers from the trace and the decision time alone.
     ``pace_error``: the planner's job runs this much slower (relative) than its figures in every mode
-    (a check of the deadline margin; the other strategies run at the figures).
+    (a check of the deadline margin; the other strategies run at the figures). ``progress(done, total)``
+    hears of each finished job (a terminal's progress line).
     """
     job = policy.job
     if job.cron is None:
@@ -324,7 +341,7 @@ def simulate(
                       pace_error=pace_error)
     offsets = [(n - t0).total_seconds() for n in nominals]
     out: dict[str, list[JobOutcome]] = {s: [] for s in wanted}
-    for per_job in _map_jobs(ctx, offsets, workers):
+    for per_job in _map_jobs(ctx, offsets, workers, progress):
         for name, outcome in per_job.items():
             out[name].append(outcome)
     margin = {"margin_s": constraints.deadline_margin_s,

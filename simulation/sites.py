@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -127,11 +127,14 @@ def _forecast_series(forecaster: GridForecaster, values: np.ndarray, t0: datetim
 
 def compare_sites(policy: Policy, traces: Mapping[str, IntensitySeries], modes: Sequence[ModeFigures], *,
                   forecast: str = "daily-profile", limit: int | None = None,
-                  period: tuple[datetime, datetime] | None = None) -> SitesComparison:
+                  period: tuple[datetime, datetime] | None = None,
+                  progress: Callable[[int, int, str], None] | None = None) -> SitesComparison:
     """Replay ``policy``'s recurring job at every site of ``traces`` (site name -> its real trace); see the module docstring.
 
     ``period`` restricts the replay to ``[start, end)``; ``limit`` to the first occurrences.
+    ``progress(done, total, stage)`` hears of each job replayed at each site, then of each placement.
     """
+    tell = progress or (lambda done, total, stage: None)
     job = policy.job
     sites = [s for s in policy.sites if s.name in traces]
     if len(sites) < 2:
@@ -160,7 +163,8 @@ def compare_sites(policy: Policy, traces: Mapping[str, IntensitySeries], modes: 
                               f"{policy.rules.clean_mode!r}, which the comparison's baselines run in")
         results[site.name] = simulate(policy, _on_grid(*grids[site.name], site.name), allowed,
                                       _forecaster(forecast, step), forecast_label=forecast,
-                                      strategies=("baseline", "static_efficiency", "gridshift", "oracle"))
+                                      strategies=("baseline", "static_efficiency", "gridshift", "oracle"),
+                                      progress=lambda done, total, at=site.name: tell(done, total, f"site {at}"))
     home = sites[0].name
     lo_s, hi_s = (start - t0).total_seconds(), (end - t0).total_seconds()
     counted = [k for k, j in enumerate(results[home].baseline)
@@ -171,7 +175,8 @@ def compare_sites(policy: Policy, traces: Mapping[str, IntensitySeries], modes: 
     fixed = where_only = where_when = oracle = 0.0
     misses = 0
     share = {s.name: 0 for s in sites}
-    for k in counted:
+    for placed_jobs, k in enumerate(counted, start=1):
+        tell(placed_jobs, len(counted), "placing")
         nominal_s = results[home].baseline[k].nominal_s
         nominal = t0 + timedelta(seconds=nominal_s)
         opens_s = nominal_s + job.earliest_start_s

@@ -8,7 +8,21 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO.parent / "shared" / "data"
+#: the project's shared data beside the checkout (real traces, API bodies); not in a clone of the repository
+SHARED_DATA = Path(os.environ.get("GRIDSHIFT_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def needs_shared(*parts: str) -> Path:
+    """``SHARED_DATA / parts``; a test without it skips with the reason (a fresh clone has no ../shared), and
+    FAILS under ``CI=true``, where the data is expected and a skip would hide the test."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        why = (f"needs {path}: the project's shared data beside the checkout (../shared/data, or set "
+               "GRIDSHIFT_SHARED_DATA); a clone of the repository alone does not have it")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{why} (CI=true: a test that needs the shared data fails instead of skipping)")
+        pytest.skip(why)
+    return path
 
 _SCRUB = (
     "ELECTRICITYMAPS_TOKEN", "WATTTIME_USERNAME", "WATTTIME_PASSWORD", "HTTP_PROXY", "HTTPS_PROXY",
@@ -67,10 +81,8 @@ def prefect_harness(prefect_server):
 
 @pytest.fixture
 def shared_data() -> Path:
-    """The read-only ../shared/data folder (real traces and API bodies); skips when absent."""
-    if not SHARED_DATA.exists():
-        pytest.skip("../shared/data is not present beside the checkout")
-    return SHARED_DATA
+    """The read-only ../shared/data folder (real traces and API bodies); see :func:`needs_shared`."""
+    return needs_shared()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

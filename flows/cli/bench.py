@@ -10,6 +10,7 @@ import typer
 
 from flows.cli import app
 from flows.cli._errors import EXIT_FAILED, EXIT_INPUT, fail
+from flows.cli._progress import Progress
 
 #: where the traces come from: they are not shipped with gridshift (a checkout beside the shared
 #: data folder has them at ../shared/data/zeus/trace)
@@ -75,11 +76,14 @@ def zeus_trace(
         ref = load_reference(reference, eta=eta, beta=beta, recurrences=recurrences, seeds=seed_list) if reference else {}
         pairs = []
         if train is not None and power:
-            pairs = bench_pairs(train=train, powers=power, workloads=workload or trace_workloads(train),
-                                recurrences=recurrences, seeds=seed_list, eta=eta, beta=beta, reference=ref)
+            with Progress("replaying the traces", unit="runs") as progress:
+                pairs = bench_pairs(train=train, powers=power, workloads=workload or trace_workloads(train),
+                                    recurrences=recurrences, seeds=seed_list, eta=eta, beta=beta, reference=ref,
+                                    progress=progress)
         if synthetic:
-            pairs += bench_traces([synthetic_trace(name, eta=eta) for name in SHAPES], recurrences=recurrences,
-                                  seeds=seed_list, eta=eta, beta=beta)
+            with Progress("replaying the synthetic shapes", unit="runs") as progress:
+                pairs += bench_traces([synthetic_trace(name, eta=eta) for name in SHAPES], recurrences=recurrences,
+                                      seeds=seed_list, eta=eta, beta=beta, progress=progress)
     except BadTraceFile as exc:
         raise fail(exc, EXIT_INPUT) from None
     except SimulationAborted as exc:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 from typing import Annotated
 
 import typer
@@ -24,11 +26,9 @@ def check(
 
     Checks the schema and what the schema cannot: providers, backends, cron and time zone, the job's
     command and working directory, trace and clock-plan files (relative paths are read from the
-    policy's folder). A recurring job's next five runs are shown (`next_runs` in --json, ISO-8601
-    UTC), read as Prefect's deployment schedule reads the cron.
+    policy's folder). A recurring job's next five runs are shown in the policy's time zone and UTC (`next_runs`
+    in --json, ISO-8601 UTC, and `next_runs_local`), read as Prefect's deployment schedule reads the cron.
     """
-    from datetime import datetime, timezone
-
     from scheduler.policy.cron import next_runs
     from scheduler.errors import PolicyError
     from scheduler.policy.loader import load_policy
@@ -47,20 +47,29 @@ def check(
             continue
         job = policy.job
         runs = next_runs(job.cron, now, tz=job.timezone) if job.cron is not None else []
+        zone = ZoneInfo(job.timezone)
         results.append({"file": str(f), "ok": True, "errors": [], "hidden_errors": 0,
-                        "next_runs": [t.isoformat() for t in runs]})
+                        "next_runs": [t.isoformat() for t in runs],
+                        "next_runs_local": [t.astimezone(zone).isoformat() for t in runs]})
         if not json_out:
             typer.echo(f"{f}: ok ({job.name}: modes {', '.join(policy.modes)}; carbon {policy.carbon.provider}; "
                        f"rule {policy.rules.kind}; backend {policy.backend.name})")
             if runs:
-                typer.echo(f"  next runs ({job.cron!r} in {job.timezone}): "
-                           + ", ".join(f"{t:%a %Y-%m-%d %H:%M} UTC" for t in runs))
+                typer.echo(f"  next runs ({job.cron!r} in {job.timezone}): " + ", ".join(_both_zones(t, zone) for t in runs))
     bad = sum(not r["ok"] for r in results)
     if json_out:
         typer.echo(json.dumps({"status": "error" if bad else "ok", "exit_code": EXIT_INPUT if bad else 0,
                                "files": results}, sort_keys=True))
     if bad:
         raise typer.Exit(EXIT_INPUT)
+
+
+def _both_zones(t: datetime, zone: ZoneInfo) -> str:
+    """``Mon 2026-12-07 01:00 CET (00:00 UTC)``: the policy's own clock first, UTC beside it (UTC alone for UTC)."""
+    local = t.astimezone(zone)
+    if local.utcoffset() == timedelta(0) and str(zone) in ("UTC", "Etc/UTC"):
+        return f"{t:%a %Y-%m-%d %H:%M} UTC"
+    return f"{local:%a %Y-%m-%d %H:%M} {local.tzname()} ({t:%H:%M} UTC)"
 
 
 @policy_app.command("schema")

@@ -21,6 +21,7 @@ from flows.cli._errors import EXIT_ENV, EXIT_FAILED, EXIT_INPUT, echo, exit_code
 from flows.run.signals import StopSignals
 from flows.run.prefect_server import STOP_GRACE_S, PrefectServerError, TemporaryServer, configured_api_url, drain_prefect_workers
 from flows.run.run_ids import new_run_id
+from scheduler.saving import with_saving
 
 
 def _quiet_prefect_defaults() -> None:
@@ -48,61 +49,6 @@ def _exit_code_of(report: dict[str, Any]) -> int:
     except (ImportError, AttributeError, ValueError):  # no type recorded (a failed job) or gone since
         return EXIT_FAILED
     return exit_code_for_type(cls) if isinstance(cls, type) and issubclass(cls, BaseException) else EXIT_FAILED
-
-
-#: mode spans whose settings the human report lists (a long run's spans are all in --json)
-_SPANS_SHOWN = 6
-
-
-def _human(report: dict[str, Any], log_path: Path | None = None) -> str:
-    label = "measured" if report["measured"] else "SIMULATED - modelled, not measured"
-    first = report["modes"][0]["mode"] if report["modes"] else ""
-    reason = report["decision_reason"]
-    # the planner's sentences already name the mode ("efficiency throughout: ..."); a rule's do not
-    named = f"{first} mode: " if first and not reason.startswith(first) else ""
-    lines = [
-        f"gridshift run {report['run_id']}: {report['status']}",
-        f"  job        {report['job']} (backend {report['backend']})",
-        f"  decision   {named}{reason}",
-        f"  start      {report['started_at'][:19].replace('T', ' ')} UTC (deferred {report['deferred_s']:.0f} s)",
-        f"  duration   {report['duration_s']:.1f} s",
-    ]
-    if report["modes"]:
-        lines += [f"  energy     {report['energy_j']:.1f} J ({label})",
-                  f"  carbon     {report['carbon_g']:.4f} g CO2eq"]
-    else:  # nothing ran, so nothing was metered: a "0.0 J (measured)" would claim a measurement
-        lines.append("  energy     none: the job did not start")
-    lines.append(f"  intensity  {report['intensity_g_per_kwh']:.0f} gCO2/kWh ({report['intensity_kind']}, "
-                 f"{report['intensity_source']})")
-    if len(report["modes"]) > 1:
-        lines.append("  modes      " + " -> ".join(f"{m['mode']}@{m['start'][11:19]}" for m in report["modes"]))
-    for m in report["modes"][:_SPANS_SHOWN]:  # who applied each setting, and whether it was confirmed
-        if m.get("settings"):
-            lines.append(f"  settings   {m['mode']}@{m['start'][11:19]}: {m['settings']}")
-    if len(report["modes"]) > _SPANS_SHOWN:
-        lines.append(f"  settings   ... {len(report['modes']) - _SPANS_SHOWN} more spans (--json has them all)")
-    extra = report.get("extra", {})
-    if "rounding" in extra.get("plan", {}):
-        p = extra["plan"]
-        lines.append(f"  plan       work counted to {p['rounding']:.2%} by the planner (bound {p['max_rounding']:.0%})")
-    if "batch_size_trial" in extra:
-        t = extra["batch_size_trial"]
-        bound = f", stop at {t['cost_bound_j']:.0f} J" if t.get("cost_bound_j") else ""
-        lines.append(f"  batch size {t['batch_size']} ({t['phase']}): {t['outcome']}, cost {t['cost_j']:.0f} J "
-                     f"({t['cost_label']}{bound})")
-    if "power_limit_auto" in extra:
-        lines.append(f"  power      {extra['power_limit_auto']['reason']}")
-    if "clock_plan" in extra:
-        plan = extra["clock_plan"]
-        lines.append(f"  clock plan {plan['file']} (modelled: {plan['predicted_energy_saving_pct']:.1f}% less energy, "
-                     f"{plan['predicted_slowdown_pct']:+.1f}% time; handed to the job, which runs it)")
-    for w in report.get("warnings", []):
-        lines.append(f"  warning    {w}")
-    if report.get("error"):
-        lines.append(f"  error      {report['error']}")
-    if log_path is not None:
-        lines.append(f"  log        {log_path}")
-    return "\n".join(lines)
 
 
 #: how long the temporary Prefect server may take to start (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
@@ -221,6 +167,7 @@ def _run(policy: Path, command: list[str] | None, json_out: bool, backend: str |
          stop: StopSignals, temporary: tuple[TemporaryServer, "Future[float]"] | None, log_path: Path | None) -> None:
     from scheduler.store.ledger import Ledger
 
+    from flows.report.human import human_report
     from flows.training import carbon_aware_training, quiet_domain_tracebacks
 
     server, ready = temporary if temporary is not None else (None, None)
@@ -254,7 +201,7 @@ def _run(policy: Path, command: list[str] | None, json_out: bool, backend: str |
     if json_out:
         echo(json.dumps(report, sort_keys=True))
     else:
-        echo(_human(report, log_path))
+        echo(human_report(report, log_path))
     if report["status"] != "completed":
         if stop.exit_code is not None:
             restored = "settings may not be restored" not in (report["error"] or "")
@@ -332,6 +279,7 @@ def runs(
         where = f"ledger: {ledger.path}"
         for line in _missed_by_serve(job=job, limit=limit_or_all):
             typer.echo(line, err=True)
+    rows = [with_saving(r) for r in rows]  # runs recorded before the saving was: computed now from their reports
     for r in rows:  # on stderr, so --json stays one object on stdout
         if r.get("late_s"):
             typer.echo(f"warning: run {r['run_id']} of {r['job']} finished {r['late_s']:.0f} s after its deadline", err=True)
@@ -342,13 +290,74 @@ def runs(
         typer.echo(f"no runs of job {job!r} recorded ({where})" if job else f"no runs recorded yet ({where})")
         return
     sites = any("site" in (r.get("extra") or {}) for r in rows)
-    typer.echo(f"{'run id':<24} {'job':<16} {'status':<9} {'backend':<10} {'energy J':>10} {'carbon g':>9} {'time s':>8}"
-               + ("  site" if sites else ""))
+    typer.echo(f"{'run id':<24} {'job':<16} {'status':<9} {'backend':<10} {'energy J':>10} {'carbon g':>9} {'saving':>7} "
+               f"{'time s':>8}" + ("  site" if sites else ""))
     for r in rows:
         tag = "" if r["measured"] else "*"
         site = (r.get("extra") or {}).get("site", "-") if sites else ""
+        pct = r["saving"].get("saved_pct")
         typer.echo(f"{r['run_id']:<24} {r['job'][:16]:<16} {r['status']:<9} {r['backend']:<10} "
-                   f"{r['energy_j']:>9.1f}{tag or ' '} {r['carbon_g']:>9.4f} {r['duration_s']:>8.1f}"
-                   + (f"  {site}" if sites else ""))
+                   f"{r['energy_j']:>9.1f}{tag or ' '} {r['carbon_g']:>9.4f} {'-' if pct is None else f'{pct:.1f}%':>7} "
+                   f"{r['duration_s']:>8.1f}" + (f"  {site}" if sites else ""))
+    typer.echo("saving: carbon against the nominal start (the cron time) in the reference mode (a modelled baseline; "
+               "`gridshift report RUN_ID` says how; - where it cannot be told)")
     if any(not r["measured"] for r in rows):
         typer.echo("* simulated backend: modelled energy")
+
+
+@app.command()
+def report(
+    run_id: Annotated[Optional[str], typer.Argument(help="Run id, or its unique beginning (default: the latest run).")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the run's chart to FILE.png (or FILE.svg): intensity as planned and as measured, the start against the nominal (cron) time, the mode spans, the deadline.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the run's report as one JSON object (with its saving).")] = False,
+) -> None:
+    """Show what a run decided and saved: its report again, or its chart with --plot."""
+    from scheduler.store.ledger import Ledger
+
+    if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
+        raise fail(f"--plot {plot}: the chart is written as .png or .svg", EXIT_INPUT)
+    with Ledger() as ledger:
+        found = _find_run(ledger, run_id)
+    if isinstance(found, str):
+        raise fail(found, EXIT_INPUT)
+    found = with_saving(found)
+    if plot is not None:
+        from flows.report.chart import run_chart
+
+        chart = run_chart(found)
+        try:
+            if plot.suffix.lower() == ".svg":
+                from flows.report.svg import chart_svg
+
+                plot.write_text(chart_svg(chart), encoding="utf-8")
+            else:
+                from flows.report.png import write_png
+
+                write_png(chart, plot)
+        except OSError as exc:
+            raise fail(f"--plot {plot}: {exc.strerror or exc}", EXIT_INPUT) from None
+        except ImportError as exc:  # a broken install: matplotlib is a dependency
+            raise fail(f"--plot {plot}: needs matplotlib, a dependency of gridshift that is missing here ({exc}); "
+                       "reinstall gridshift with its dependencies, or write FILE.svg", EXIT_ENV) from None
+        echo(f"gridshift: chart of run {found['run_id']} written to {plot}", err=True)
+    if json_out:
+        echo(json.dumps(found, sort_keys=True))
+    elif plot is None:
+        from flows.report.human import human_report
+
+        echo(human_report(found))
+
+
+def _find_run(ledger: Any, run_id: str | None) -> dict[str, Any] | str:
+    """The ledger's run with that id (or the only one that begins so; the latest without one), or why there is none."""
+    if run_id is not None and (exact := ledger.get(run_id)) is not None:
+        return exact
+    recent = ledger.runs(limit=None if run_id else 1)
+    if run_id is None:
+        return recent[0] if recent else f"no runs recorded yet (ledger: {ledger.path})"
+    hits = [r for r in recent if str(r["run_id"]).startswith(run_id)]
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        return f"run id {run_id!r} is the beginning of {len(hits)} runs: " + ", ".join(r["run_id"] for r in hits[:5])
+    return f"no run {run_id!r} in the ledger ({ledger.path}); `gridshift runs` lists them"

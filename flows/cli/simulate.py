@@ -11,6 +11,7 @@ import typer
 
 from flows.cli import app
 from flows.cli._errors import EXIT_ENV, EXIT_INPUT, fail
+from flows.cli._progress import Progress
 
 
 _LABELS = {
@@ -170,8 +171,9 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
             label = f"noisy (trace + {forecast_error:.0%} error, seed {seed})"
         else:
             raise PolicyError(f"--forecast must be 'history' or 'noisy', not {forecast!r}")
-        result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain, workers=workers,
-                          pace_error=pace_error)
+        with Progress("simulating", unit="jobs") as progress:  # a year takes a while: say how far on a terminal
+            result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain, workers=workers,
+                              pace_error=pace_error, progress=progress)
         coverage = None
         if forecast_file is not None:  # how much of what the planner asked the archive answered
             coverage = raw.coverage(_gridshift_asks(result, pol, step_s))

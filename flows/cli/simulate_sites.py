@@ -12,6 +12,7 @@ import typer
 
 from flows.cli import app
 from flows.cli._errors import EXIT_INPUT, fail
+from flows.cli._progress import Progress
 
 
 def _human(s: dict[str, Any]) -> str:
@@ -79,7 +80,8 @@ def run_sites(*, policy: Path, site: list[str], column: str | None, limit: int |
         period = None
         if year is not None:
             period = (datetime(year, 1, 1, tzinfo=timezone.utc), datetime(year + 1, 1, 1, tzinfo=timezone.utc))
-        result = compare_sites(pol, traces, modes, forecast=forecast, limit=limit, period=period)
+        with Progress("simulating sites", unit="jobs") as progress:
+            result = compare_sites(pol, traces, modes, forecast=forecast, limit=limit, period=period, progress=progress)
     except (PolicyError, BadTrace) as exc:
         raise fail(exc, EXIT_INPUT) from None
     summary = result.summary()

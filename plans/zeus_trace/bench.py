@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -135,12 +135,19 @@ def bench_traces(
     eta: float = 0.5,
     beta: float = 2.0,
     reference: dict[tuple[str, str], float] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[PairResult]:
-    """Every trace (one workload x GPU pair each), each over ``seeds``, with the baselines beside."""
+    """Every trace (one workload x GPU pair each), each over ``seeds``, with the baselines beside;
+    ``progress(done, total)`` hears of each (pair, seed) replayed."""
     out = []
+    total = len(traces) * len(seeds)
     for trace in traces:
         w = trace.job.dataset
-        runs = [run_pair(trace, recurrences=recurrences, seed=s, eta=eta, beta=beta) for s in seeds]
+        runs = []
+        for s in seeds:
+            runs.append(run_pair(trace, recurrences=recurrences, seed=s, eta=eta, beta=beta))
+            if progress is not None:
+                progress(len(out) * len(seeds) + len(runs), total)
         o_cost, o_b, o_p = oracle(trace, eta=eta)
         out.append(PairResult(
             workload=w, gpu=trace.gpu, recurrences=recurrences, seeds=tuple(seeds),
@@ -163,10 +170,12 @@ def bench_pairs(
     eta: float = 0.5,
     beta: float = 2.0,
     reference: dict[tuple[str, str], float] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[PairResult]:
     """Every (workload, power trace) pair of the trace files, each over ``seeds``."""
     traces = [load_trace_job(train, power, w) for power in powers for w in workloads]
-    return bench_traces(traces, recurrences=recurrences, seeds=seeds, eta=eta, beta=beta, reference=reference)
+    return bench_traces(traces, recurrences=recurrences, seeds=seeds, eta=eta, beta=beta, reference=reference,
+                        progress=progress)
 
 
 def summarise(pairs: Sequence[PairResult]) -> dict[str, float | int]:

@@ -47,13 +47,13 @@ class PolicyIssue:
     """One error in a policy file; ``str()`` is ``file:line:col: path: message``."""
 
     file: str
-    line: int
-    column: int
+    line: int | None  # None: about the file itself (missing, unreadable), not a place in it
+    column: int | None
     path: str
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}:{self.column}:"
+        where = f"{self.file}:{self.line}:{self.column}:" if self.line else f"{self.file}:"
         return f"{where} {self.path}: {self.message}" if self.path else f"{where} {self.message}"
 
     def to_json(self) -> dict[str, Any]:
@@ -371,7 +371,7 @@ def load_policy(path: str | Path) -> Policy:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise _policy_error([PolicyIssue(str(p), 0, 0, "", "policy file not found")]) from None
+        raise _policy_error([PolicyIssue(str(p), None, None, "", "policy file not found")]) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise _policy_error([PolicyIssue(str(p), 0, 0, "", f"cannot read policy file: {exc}")]) from None
+        raise _policy_error([PolicyIssue(str(p), None, None, "", f"cannot read policy file: {exc}")]) from None
     return parse_policy(text, where=str(p), base_dir=p.absolute().parent)

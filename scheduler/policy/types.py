@@ -303,7 +303,13 @@ class Policy(Strict):
         # a field validator, so a wrong type elsewhere does not hide it
         missing = [name for name in ("speed", "efficiency") if name not in v]
         if missing:
-            raise ValueError(f"modes must define {' and '.join(repr(m) for m in missing)}")
+            from scheduler.policy.did_you_mean import closest
+
+            # a misspelt required mode is taken as an extra mode of its own: say which one it looks like
+            typos = [f"{typo!r} looks like a misspelling of {name!r}" for name in missing
+                     if (typo := closest(name, [m for m in v if m not in ("speed", "efficiency")])) is not None]
+            hint = f" ({'; '.join(typos)})" if typos else ""
+            raise ValueError(f"modes must define {' and '.join(repr(m) for m in missing)}{hint}")
         return v
 
     @model_validator(mode="after")

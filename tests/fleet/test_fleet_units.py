@@ -96,7 +96,7 @@ def test_a_run_artifact_carries_its_report(tmp_path: Path) -> None:
               "intensity_source": "trace", "deferred_s": 0.0, "modes": [], "extra": {"site": "de", "gpus": [1]}}
     assert artifact_key(report["run_id"]) == "gridshift-run-20260101t010203-ab12cd"
     markdown = report_markdown(report)
-    assert "**Site** de" in markdown
+    assert "| site | de |" in markdown
     assert report_from_markdown(markdown) == report
     assert report_from_markdown("# some other artifact") is None
 

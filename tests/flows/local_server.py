@@ -41,8 +41,9 @@ def unavailable(why: str) -> None:
 class LocalPrefectServer:
     """`prefect server start` on 127.0.0.1; ``url`` is its API (``.../api``)."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, ui: bool = False) -> None:
         self.home = home
+        self.ui = ui  # serve Prefect's web UI too (the browser tests); the session's server does without
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
         self._env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
@@ -69,7 +70,8 @@ class LocalPrefectServer:
         log = open(self.home / f"server-{self.starts}.log", "wb")
         self.starts += 1
         self._proc = subprocess.Popen(
-            [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--analytics-off", "--no-ui"],
+            [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--analytics-off",
+             *(() if self.ui else ("--no-ui",))],
             env=self._env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -136,6 +136,17 @@ def test_real_cli_run_json_prints_exactly_one_object(tmp_path: Path) -> None:
     listed = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "runs", "--json"],
                             capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     assert [r["run_id"] for r in json.loads(listed.stdout)] == [report["run_id"]]
+    # what it saved, against the baseline it names, and its chart from `gridshift report` (issue 33)
+    assert report["saving"]["baseline"].startswith("the nominal start (") and report["saving"]["baseline"].endswith("in speed mode")
+    assert report["saving"]["saved_pct"] is not None and json.loads(listed.stdout)[0]["saving"] == report["saving"]
+    png = tmp_path / "run.png"
+    plotted = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "report", "--plot", str(png)],
+                             capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert plotted.returncode == 0, plotted.stderr
+    from PIL import Image
+
+    with Image.open(png) as image:
+        assert image.size[0] >= 400 and image.size[1] >= 250
 
 
 @pytest.mark.parametrize("argv, code", [([], 0), (["nonsense"], 2), (["run"], 2), (["run", "--bogus", "x.yaml"], 2)])

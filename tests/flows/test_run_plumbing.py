@@ -125,7 +125,7 @@ def test_a_closed_terminal_stops_the_run_and_nohup_keeps_it_going() -> None:
     ("627 g/kWh is above the dirty threshold", "  decision   efficiency mode: 627 g/kWh is above"),
 ])
 def test_the_decision_line_names_the_mode_once(reason: str, shown: str) -> None:
-    from flows.cli.run import _human
+    from flows.report.human import human_report as _human
 
     report = {"run_id": "r1", "status": "completed", "job": "j", "backend": "simulated", "decision_reason": reason,
               "modes": [{"mode": "efficiency", "start": "2026-12-01T00:00:00+00:00"}], "started_at": "2026-12-01T00:00:00",

@@ -46,6 +46,7 @@ def test_flow_runs_the_job_and_records_report_and_artifact(tmp_path: Path) -> No
     artifact = Artifact.get(artifact_key("t-ok"))  # one artifact per run, keyed by its run id
     assert artifact is not None and "t-ok" in str(artifact.data)
     assert "simulated (modelled)" in str(artifact.data)
+    assert "](data:image/svg+xml;base64," in str(artifact.data) and "**Saving**" in str(artifact.data)  # its chart
 
 
 def test_failing_job_fails_the_flow_records_and_restores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,15 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from tests.conftest import SHARED_DATA
+from tests.conftest import needs_shared
 from plans.zeus_trace import bench_pairs, load_reference, summarise, trace_workloads
 
 
 @pytest.fixture(scope="module")
 def pairs():
-    if not SHARED_DATA.exists():
-        pytest.skip("../shared/data is not present beside the checkout")
-    shared = SHARED_DATA / "zeus"
+    shared = needs_shared("zeus")
     train = shared / "trace" / "summary_train.csv"
     ref = load_reference(shared / "zeus_reference.json", eta=0.5, beta=2.0, recurrences=50, seeds=range(5))
     return bench_pairs(train=train, powers=sorted((shared / "trace").glob("summary_power_*.csv")),

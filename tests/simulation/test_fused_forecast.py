@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +11,9 @@ from hypothesis import strategies as st
 
 from carbon.forecasts.issued import IssuedForecasts
 from simulation.sim_forecast import DailyProfileForecaster, FusedForecaster, IssuedForecaster, start_window
+from tests.conftest import needs_shared
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("GRIDSHIFT_SHARED_DATA", REPO.parent / "shared" / "data"))
 STEP = 3600.0
 DAYS = 40
 rng = np.random.default_rng(7)
@@ -69,9 +68,7 @@ def test_an_archive_moved_by_12_hours_loses_the_weight_to_history() -> None:
 @pytest.mark.parametrize("region", ["pjm", "isne"])
 def test_never_below_static_efficiency_with_a_shared_archive_moved_by_12_hours(region: str, tmp_path: Path) -> None:
     """Acceptance 2 on real data: the raw moved archive falls below static efficiency here; the fused one does not."""
-    dacf = SHARED / "carbon" / "dacf"
-    if not dacf.exists():
-        pytest.skip("../shared/data is not present (set GRIDSHIFT_SHARED_DATA)")
+    dacf = needs_shared("carbon", "dacf")
     from carbon.forecasts.issued import read_issued_forecasts
     from carbon.trace_file import read_trace
     from scheduler.planner.mode_figures import figures_for_policy
@@ -79,7 +76,7 @@ def test_never_below_static_efficiency_with_a_shared_archive_moved_by_12_hours(r
     from simulation.simulate import resample, simulate
 
     policy = load_policy(REPO / "examples" / "nightly.yaml")
-    modes = figures_for_policy(policy, profile=SHARED / "zeus" / "profiles" / "V100+resnet50+gpu0.csv",
+    modes = figures_for_policy(policy, profile=needs_shared("zeus", "profiles", "V100+resnet50+gpu0.csv"),
                                policy_path=REPO / "examples" / "nightly.yaml")
     series = read_trace(dacf / f"{region}_2021_actual.csv")
     t0, step, _ = resample(series)

@@ -143,16 +143,14 @@ def test_cli_bad_trace_is_exit_2(tmp_path):
 def test_acceptance_on_real_2020_traces(nightly_policy, name):
     """On the real 2020 traces with the built-in forecaster: no misses, never below the no-data
     baseline (static efficiency), and at least 80 % of the exact optimum's saving (docs/scheduling.md)."""
-    import os
+    from tests.conftest import needs_shared
 
-    shared_data = Path(os.environ.get("GRIDSHIFT_SHARED_DATA", REPO.parent / "shared" / "data"))
-    if not shared_data.exists():
-        pytest.skip("../shared/data is not present (set GRIDSHIFT_SHARED_DATA)")
+    trace = needs_shared("carbon", "lets-wait-awhile", name)
     from backends.simulated import SimulatedBackend
     from carbon.trace_file import read_trace
     from scheduler.planner.mode_figures import figures_for_policy
 
-    series = read_trace(shared_data / "carbon" / "lets-wait-awhile" / name)
+    series = read_trace(trace)
     _, step_s, _ = resample(series)
     s = simulate(nightly_policy, series, figures_for_policy(nightly_policy, backend=SimulatedBackend()),
                  DailyProfileForecaster(step_s=step_s), strategies=("static_efficiency",)).summary()
