@@ -1,6 +1,6 @@
 """A small PyTorch training job that runs gridshift's clock plans with one line (CPU or GPU, seconds).
 
-gridshift hands the job its settings (see plans.job_protocol): the batch size (``GRIDSHIFT_BATCH_SIZE``,
+gridshift hands the job its settings (see plans.integrations.protocol): the batch size (``GRIDSHIFT_BATCH_SIZE``,
 acknowledged at every epoch boundary through the mode file) and the mode's clock plan
 (``GRIDSHIFT_CLOCK_PLAN``). The plan is run by ``run_clock_plan``: it locks the SM clock at the
 phases the plan names (``forward``, ``backward``, ``optimizer``, or ``<module>.forward`` ...), swaps
@@ -18,8 +18,8 @@ import os
 
 import torch
 
-from plans.clock_runner import run_clock_plan
-from plans.job_protocol import GridshiftJob
+from plans.integrations.clock_runner import run_clock_plan
+from plans.integrations.protocol import GridshiftJob
 
 
 def main(argv: list[str] | None = None) -> int:

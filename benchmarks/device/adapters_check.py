@@ -59,7 +59,7 @@ class _ApplyLog:
 
 
 def _callback(backend: Any, caps: Any, store_dir: Path, fingerprint: str, args: argparse.Namespace) -> Any:
-    from plans.callbacks import PowerLimitCallback
+    from plans.integrations.power_limit import PowerLimitCallback
     from plans.profile_store import ProfileStore
     from scheduler.settings.auto_power import auto_power_limit_profiler
     from scheduler.policy.types import Mode
@@ -103,7 +103,7 @@ def _report(name: str, cb: Any, mode: Any, model: str, caps: Any, store_dir: Pat
 def run_hf(torch: Any, device: str, backend: Any, caps: Any, work: Path, args: argparse.Namespace, smoke: bool) -> dict[str, Any]:
     import transformers
 
-    from plans.callbacks import hf_callback
+    from plans.integrations.power_limit import hf_callback
 
     width, layers, seq, batch = (32, 1, 16, 8) if smoke else (512, 4, 128, 32)
     config = transformers.BertConfig(vocab_size=1000, hidden_size=width, num_hidden_layers=layers,
@@ -133,7 +133,7 @@ def run_lightning(torch: Any, device: str, backend: Any, caps: Any, work: Path, 
     except ImportError:
         import pytorch_lightning as pl  # type: ignore[no-redef]
 
-    from plans.callbacks import lightning_callback
+    from plans.integrations.power_limit import lightning_callback
 
     width, batch = (64, 32) if smoke else (4096, 4096)
 

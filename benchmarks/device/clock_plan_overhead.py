@@ -8,7 +8,7 @@ control (every clock call logged and recorded, none sent to the GPU), and every 
 refused before the driver anyway. No clock, power limit or other setting is changed.
 
 The job's side is the real one: plan files, a mode file and a result file as gridshift writes and
-reads them (``plans.job_protocol``), and ``run_clock_plan(model, optimizer, job=job)``, which hooks
+reads them (``plans.integrations.protocol``), and ``run_clock_plan(model, optimizer, job=job)``, which hooks
 the plan's phases (``forward``, ``backward``, ``optimizer``: three switch requests per step, the
 phase-level worst case; the planner's H200 plan was one static clock) and polls the mode file.
 
@@ -113,9 +113,9 @@ def main() -> int:
     if not torch.cuda.is_available() and not args.cpu_smoke:
         return finish({"skipped": "no CUDA GPU (use --cpu-smoke to exercise the code path)"})
 
-    from plans.clock_runner import run_clock_plan
+    from plans.integrations.clock_runner import run_clock_plan
     from plans.dvfs.plan_file import save_plan
-    from plans.job_protocol import GridshiftJob, ModeAnnouncement, read_result_file, write_mode_file
+    from plans.integrations.protocol import GridshiftJob, ModeAnnouncement, read_result_file, write_mode_file
 
     device = "cpu" if args.cpu_smoke else "cuda"
     dims = (dict(d_model=64, heads=4, seq=32, batch=2, layers=1) if args.cpu_smoke

@@ -1,4 +1,4 @@
-"""gridshift's side of the job files (:mod:`plans.job_protocol`) for one run, and truthful job settings.
+"""gridshift's side of the job files (:mod:`plans.integrations.protocol`) for one run, and truthful job settings.
 
 The run's :class:`ModeFileChannel` hands the job its start batch size and the two file paths, writes
 the mode file at every mode change (:func:`flows.supervise.supervise` calls :meth:`announce`; the
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from flows.job.span_settings import job_settings
 from plans.errors import BadJobFile
-from plans.job_protocol import (
+from plans.integrations.protocol import (
     BATCH_SIZE_ENV,
     MODE_FILE_ENV,
     RESULT_FILE_ENV,

@@ -3,7 +3,7 @@
 gridshift applies power limits and static clock locks through the backend; the backend reads the
 power limit back, so that is confirmed (or shown not to have taken). Batch sizes and clock plans
 are handed to the job (``GRIDSHIFT_BATCH_SIZE``, ``GRIDSHIFT_CLOCK_PLAN``, the mode file); only the
-job's result file (:class:`plans.job_protocol.JobResult`) can confirm them, and a span says
+job's result file (:class:`plans.integrations.protocol.JobResult`) can confirm them, and a span says
 "handed to the job, not confirmed" until it does.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from backends.types import Applied, Settings
-from plans.job_protocol import BatchSizeAck, ClockPlanRun, JobResult, ModeAnnouncement
+from plans.integrations.protocol import BatchSizeAck, ClockPlanRun, JobResult, ModeAnnouncement
 from scheduler.report import SpanSetting
 
 __all__ = ["NOT_CONFIRMED", "batch_size_settings", "clock_plan_settings", "hardware_settings", "job_settings"]

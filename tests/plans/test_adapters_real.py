@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from backends.simulated import SimulatedBackend
-from plans.callbacks import PowerLimitCallback, hf_callback, lightning_callback, torch_distributed_combine
+from plans.integrations.power_limit import PowerLimitCallback, hf_callback, lightning_callback, torch_distributed_combine
 from plans.power_limit import Measured, PowerLimitProfiler
 from plans.profile_store import ProfileStore
 from plans.selectors import ZeusCost

@@ -6,7 +6,7 @@ import pytest
 
 from backends.meter import EnergyMeter
 from backends.simulated import SimulatedBackend
-from plans.callbacks import PowerLimitCallback, hf_callback
+from plans.integrations.power_limit import PowerLimitCallback, hf_callback
 from plans.power_limit import Done, PowerLimitProfiler
 from plans.profile_store import ProfileStore
 from plans.selectors import ZeusCost
@@ -103,7 +103,7 @@ def test_framework_adapters_import_lazily():
     import subprocess
     import sys
 
-    code = "import sys, plans.callbacks; assert not {'torch', 'transformers', 'lightning'} & set(sys.modules)"
+    code = "import sys, plans.integrations.power_limit; assert not {'torch', 'transformers', 'lightning'} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
     try:
         import transformers  # noqa: F401

@@ -16,8 +16,8 @@ import pytest
 
 from backends.nvidia.backend import NvidiaClockControl
 from flows.job.span_settings import job_settings
-from plans.clock_runner import ClockPlanRunner, run_clock_plan
-from plans.job_protocol import GridshiftJob, ModeAnnouncement, read_result_file, write_mode_file
+from plans.integrations.clock_runner import ClockPlanRunner, run_clock_plan
+from plans.integrations.protocol import GridshiftJob, ModeAnnouncement, read_result_file, write_mode_file
 from scheduler.report import settings_phrase
 from tests.backends.nvidia_helpers import make_backend
 from tests.fakes.clock_plans import make_plan, write_plan
@@ -219,7 +219,7 @@ def test_hf_trainer_clock_plan_callback(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    from plans.callbacks import hf_clock_plan_callback
+    from plans.integrations.power_limit import hf_clock_plan_callback
 
     fast, slow, job = _files(tmp_path)
     announced = [_announce(job, 0, "speed", fast)]
@@ -252,7 +252,7 @@ def test_hf_trainer_clock_plan_callback(tmp_path: Path) -> None:
 def test_lightning_clock_plan_callback(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     pl = pytest.importorskip("lightning.pytorch")
-    from plans.callbacks import lightning_clock_plan_callback
+    from plans.integrations.power_limit import lightning_clock_plan_callback
 
     fast, slow, job = _files(tmp_path)
     _announce(job, 0, "speed", fast)
@@ -302,7 +302,7 @@ def test_the_framework_callbacks_drive_the_runner_in_their_event_order(tmp_path:
     import types
 
     torch = pytest.importorskip("torch")
-    from plans.callbacks import hf_clock_plan_callback, lightning_clock_plan_callback
+    from plans.integrations.power_limit import hf_clock_plan_callback, lightning_clock_plan_callback
 
     stand_in = types.ModuleType("stand_in")
     stand_in.TrainerCallback = object  # type: ignore[attr-defined]

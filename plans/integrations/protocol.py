@@ -14,7 +14,7 @@ gridshift gives the job these environment variables (all optional for the job to
   feeds the batch-size optimiser; ``batch_sizes`` and ``clock_plans`` (what the job says it did
   after each mode announcement) are the only confirmation a report gives of the job's settings.
 
-Clock plans are run by :class:`plans.clock_runner.ClockPlanRunner` (the shipped callbacks and the
+Clock plans are run by :class:`plans.integrations.clock_runner.ClockPlanRunner` (the shipped callbacks and the
 ``run_clock_plan`` helper), which reports through the same :class:`GridshiftJob`.
 
 A job uses them through :class:`GridshiftJob`::

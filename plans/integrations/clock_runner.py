@@ -6,7 +6,7 @@ starting mode's plan in ``GRIDSHIFT_CLOCK_PLAN`` and each later mode's in the mo
 :class:`plans.dvfs.executor.PlanExecutor`, looks at the mode file at step boundaries (at most every
 ``poll_interval_s``), swaps to the new mode's plan (or undoes its clock lock when the new mode has
 none), and writes what it ran, with the executor's counts, to the result file
-(:class:`plans.job_protocol.ClockPlanRun`): that is what lets a report say the plan was run.
+(:class:`plans.integrations.protocol.ClockPlanRun`): that is what lets a report say the plan was run.
 
 The one line for a PyTorch loop::
 
@@ -18,7 +18,7 @@ Phases are found by hooks: a plan phase ``forward`` / ``backward`` is the model'
 start, ``<module>.forward`` / ``<module>.backward`` a named submodule's, ``optimizer`` (or
 ``optimizer.step``) the optimizer step; any other label (e.g. a ``record_function`` region) needs a
 ``runner.on_phase(label)`` call at its start. The mode file is polled from the model's forward
-pre-hook, unless the framework callbacks (:mod:`plans.callbacks`) call :meth:`on_step_begin`.
+pre-hook, unless the framework callbacks (:mod:`plans.integrations.power_limit`) call :meth:`on_step_begin`.
 
 Clock calls go through the NVIDIA backend's journalled path (``GRIDSHIFT_GPU_DELEGATED_BY`` lets
 the job's backend act on a GPU that gridshift holds). With ``GRIDSHIFT_NVML_READ_ONLY=1`` the runner
@@ -39,7 +39,7 @@ from plans.dvfs.errors import PlanFileError
 from plans.dvfs.executor import ClockControl, PlanExecutor
 from plans.dvfs.plan_file import load_plan
 from plans.errors import BadJobFile
-from plans.job_protocol import ClockPlanRun, GridshiftJob, ModeAnnouncement, read_mode_file
+from plans.integrations.protocol import ClockPlanRun, GridshiftJob, ModeAnnouncement, read_mode_file
 
 __all__ = ["ClockPlanRunner", "run_clock_plan"]
 

@@ -24,8 +24,8 @@ of ranks, and only rank 0 writes it. Or pass ``combine=`` yourself.
 
 Clock plans: :func:`hf_clock_plan_callback` and :func:`lightning_clock_plan_callback` run the plan
 gridshift hands the job (``GRIDSHIFT_CLOCK_PLAN``), swap it when the mode file announces a new mode,
-and report what ran in the result file, through :class:`plans.clock_runner.ClockPlanRunner` (a plain
-PyTorch loop uses :func:`plans.clock_runner.run_clock_plan`)::
+and report what ran in the result file, through :class:`plans.integrations.clock_runner.ClockPlanRunner` (a plain
+PyTorch loop uses :func:`plans.integrations.clock_runner.run_clock_plan`)::
 
     Trainer(..., callbacks=[hf_clock_plan_callback()])
     pl.Trainer(..., callbacks=[lightning_clock_plan_callback()])
@@ -41,7 +41,7 @@ from typing import Any, Callable
 from backends.base import Backend
 from backends.meter import EnergyMeter
 from backends.types import Settings
-from plans.clock_runner import ClockPlanRunner
+from plans.integrations.clock_runner import ClockPlanRunner
 from plans.errors import BadProfile
 from plans.power_limit import (
     BeginWindow,
