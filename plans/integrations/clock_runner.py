@@ -3,22 +3,16 @@
 The job's half of clock plans (gridshift's half: :mod:`scheduler.settings.clock_plans`). gridshift names the
 starting mode's plan in ``GRIDSHIFT_CLOCK_PLAN`` and each later mode's in the mode file
 (``GRIDSHIFT_MODE_FILE``); :class:`ClockPlanRunner` runs it with
-:class:`plans.dvfs.executor.PlanExecutor`, looks at the mode file at step boundaries (at most every
-``poll_interval_s``), swaps to the new mode's plan (or undoes its clock lock when the new mode has
-none), and writes what it ran, with the executor's counts, to the result file
+:class:`plans.dvfs.executor.PlanExecutor`, swaps to the new mode's plan when it is handed a newer
+announcement (:meth:`ClockPlanRunner.follow`; or undoes its clock lock when the new mode has none),
+and writes what it ran, with the executor's counts, to the result file
 (:class:`plans.integrations.protocol.ClockPlanRun`): that is what lets a report say the plan was run.
 
-The one line for a PyTorch loop::
-
-    with run_clock_plan(model, optimizer, job=job):   # job: the script's GridshiftJob, if it has one
-        for batch in loader:
-            ...                                        # forward, backward, optimizer.step()
-
-Phases are found by hooks: a plan phase ``forward`` / ``backward`` is the model's forward / backward
-start, ``<module>.forward`` / ``<module>.backward`` a named submodule's, ``optimizer`` (or
-``optimizer.step``) the optimizer step; any other label (e.g. a ``record_function`` region) needs a
-``runner.on_phase(label)`` call at its start. The mode file is polled from the model's forward
-pre-hook, unless the framework callbacks (:mod:`plans.integrations.power_limit`) call :meth:`on_step_begin`.
+The runner knows nothing of frameworks: phases reach it as :meth:`ClockPlanRunner.on_phase` calls,
+from the framework's own events or from hooks (:mod:`plans.integrations.phase_hooks`), and the
+integrations' shared core (:mod:`plans.integrations.core`) reads the mode file and hands it the
+announcements. A phase of the plan that has not started after ``warn_after_steps`` steps gets one
+warning, and the result file names it (``unfired``).
 
 Clock calls go through the NVIDIA backend's journalled path (``GRIDSHIFT_GPU_DELEGATED_BY`` lets
 the job's backend act on a GPU that gridshift holds). With ``GRIDSHIFT_NVML_READ_ONLY=1`` the runner
@@ -29,22 +23,20 @@ to the GPU), and the result file says ``dry_run``.
 from __future__ import annotations
 
 import logging
-import os
-import time
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
 
-from backends.nvidia import READ_ONLY_ENV
 from plans.dvfs.errors import PlanFileError
 from plans.dvfs.executor import ClockControl, PlanExecutor
 from plans.dvfs.plan_file import load_plan
-from plans.errors import BadJobFile
-from plans.integrations.protocol import ClockPlanRun, GridshiftJob, ModeAnnouncement, read_mode_file
+from plans.integrations.protocol import ClockPlanRun, GridshiftJob, ModeAnnouncement
 
-__all__ = ["ClockPlanRunner", "run_clock_plan"]
+__all__ = ["ClockPlanRunner", "OPTIMIZER_PHASES"]
 
-_log = logging.getLogger("gridshift.clock_runner")
-_OPTIMIZER_PHASES = ("optimizer", "optimizer.step")
+_log = logging.getLogger("gridshift.integrations")
+#: the labels a plan may give the optimizer step
+OPTIMIZER_PHASES = ("optimizer", "optimizer.step")
 
 
 class _NvidiaControl:
@@ -65,65 +57,77 @@ class _NvidiaControl:
 
 
 class ClockPlanRunner:
-    """Runs the current mode's clock plan and follows the mode file; reports to ``job``'s result file.
+    """Runs the current mode's clock plan and follows the announcements it is handed; reports to
+    ``job``'s result file.
 
     ``control``: where clock calls go (default: this GPU through the NVIDIA backend, built when the
-    first plan starts). ``dry_run``: record the calls instead (:meth:`from_env` sets it under
-    ``GRIDSHIFT_NVML_READ_ONLY=1``). ``clock`` (monotonic seconds) times the mode-file polls.
-    Errors of clock calls are counted in the result file, never raised into training.
+    first plan starts). ``dry_run``: record the calls instead. Errors of clock calls are counted in
+    the result file, never raised into training; a plan that cannot be loaded is reported (one
+    warning) and training goes on at the clocks it has.
     """
 
     def __init__(self, job: GridshiftJob, *, control: ClockControl | None = None, dry_run: bool = False,
-                 min_interval_s: float = 0.02, poll_interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 min_interval_s: float = 0.02, warn_after_steps: int = 20,
+                 log: logging.Logger = _log) -> None:
         self.job = job
         self.dry_run = dry_run
         self.min_interval_s = min_interval_s
-        self.poll_interval_s = poll_interval_s
+        self.warn_after_steps = warn_after_steps
+        self._log = log
         self._control = control
         self._owned: _NvidiaControl | None = None
-        self._clock = clock
         self.executor: PlanExecutor | None = None
         self.plan_path: str | None = None
-        self.steps = 0
+        self.step = 0
         self.runs: list[ClockPlanRun] = []
         self._seen_seq = -1
-        self._last_poll_s = -float("inf")
-        self._model: Any = None
-        self._optimizer: Any = None
-        self._hooks: list[Any] = []
-        self._step_hook = True
-        self._started = False
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, job: GridshiftJob | None = None,
-                 dry_run: bool | None = None, **kw: Any) -> "ClockPlanRunner":
-        """A runner for the plan gridshift handed over (dry run under ``GRIDSHIFT_NVML_READ_ONLY=1``)."""
-        env = os.environ if environ is None else environ
-        job = job if job is not None else GridshiftJob.from_env(env)
-        return cls(job, dry_run=env.get(READ_ONLY_ENV) == "1" if dry_run is None else dry_run, **kw)
+        self._fired: Counter[str] = Counter()
+        self._switches: Counter[str] = Counter()
+        self._plan_step = 0
+        self._warned_unfired = False
+        self._quiet: set[str] = set()
+        self._phases: tuple[str, ...] = ()
+        #: the label the running plan gives the optimizer step (None: it has none)
+        self.optimizer_phase: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> "ClockPlanRunner":
-        """Start the plan of the mode in force (the mode file's, else ``GRIDSHIFT_CLOCK_PLAN``)."""
-        if self._started:
-            return self
-        self._started = True
-        ann = self._read_mode()
-        if ann is not None:
-            self._seen_seq = ann.seq
-        plan = ann.clock_plan if ann is not None else (str(self.job.clock_plan) if self.job.clock_plan else None)
+    def start(self, announcement: ModeAnnouncement | None, *, step: int = 0) -> "ClockPlanRunner":
+        """Start the plan of ``announcement`` (None: the mode file has none yet, so the plan of
+        ``GRIDSHIFT_CLOCK_PLAN``, the mode the job was started in)."""
+        self.step = step
+        if announcement is not None:
+            self._seen_seq = announcement.seq
+            plan = announcement.clock_plan
+        else:
+            plan = str(self.job.clock_plan) if self.job.clock_plan else None
         if plan is not None:  # a mode without a plan: nothing to run, nothing to report
-            self._begin(ann.seq if ann is not None else 0, plan)
-        self._last_poll_s = self._clock()
+            self._begin(announcement.seq if announcement is not None else 0, plan)
         return self
 
+    def follow(self, announcement: ModeAnnouncement) -> bool:
+        """A newer mode was announced: swap to its plan (or stop the one running). True when the
+        plan changed (the phases to hook may have too)."""
+        if announcement.seq <= self._seen_seq:
+            return False
+        self._seen_seq = announcement.seq
+        if announcement.clock_plan is None and self.plan_path is None:
+            return False  # no plan before or after: nothing to run, nothing to report
+        # a new executor even for the same plan file: each mode's run is counted (and confirmed) on its own
+        self._end()
+        self._begin(announcement.seq, announcement.clock_plan)
+        return True
+
+    def drop(self, why: str) -> None:
+        """Stop the plan because the job cannot run it (a hook that cannot be installed, say): the
+        lock is undone and the result file says why. Later announcements start their plans again."""
+        if self.executor is None:
+            return
+        self._end()
+        self.runs[-1] = self.runs[-1].model_copy(update={"errors": self.runs[-1].errors + 1, "last_error": why})
+        self.job.report_clock_plans(tuple(self.runs))
+
     def close(self) -> None:
-        """Stop the plan (its clock lock undone), report the final counts, remove the hooks. Idempotent."""
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
-        self._model = self._optimizer = None
+        """Stop the plan (its clock lock undone) and report the final counts. Idempotent."""
         self._end()
         if self.runs:
             self.job.report_clock_plans(tuple(self.runs))
@@ -131,63 +135,48 @@ class ClockPlanRunner:
             owned, self._owned = self._owned, None
             owned.close()
 
-    def __enter__(self) -> "ClockPlanRunner":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases of the plan running now (none without one)."""
+        return self._phases
 
     # -- what the training loop (or its hooks) calls ---------------------------------------------
     def on_phase(self, phase: str) -> None:
         """A phase starts: the plan's clock for it, if a segment starts here (cheap: a queue put at most)."""
-        if self.executor is not None:
-            self.executor.on_phase(phase)
+        ex = self.executor
+        if ex is None:
+            return
+        before = ex.stats.requested
+        ex.on_phase(phase)
+        self._fired[phase] += 1
+        if ex.stats.requested != before:
+            self._switches[phase] += 1
 
-    def on_step_begin(self) -> None:
-        """A step starts: a safe point to look at the mode file (at most every ``poll_interval_s``)."""
-        self.steps += 1
-        if self._clock() - self._last_poll_s >= self.poll_interval_s:
-            self.poll()
+    def on_step(self, step: int) -> None:
+        """A training step starts (``step``: the framework's count); warns once about plan phases
+        that have not started ``warn_after_steps`` steps into the plan."""
+        self.step = step
+        if self.executor is None or self._warned_unfired or step - self._plan_step < self.warn_after_steps:
+            return
+        unfired = [p for p in self._unfired() if p not in self._quiet]
+        if unfired:
+            self._warned_unfired = True
+            self._log.warning("gridshift: clock plan phase(s) %s never started in %d steps: nothing calls "
+                              "on_phase for them (check the plan's phase names against the model)",
+                              ", ".join(unfired), step - self._plan_step)
 
-    def poll(self) -> bool:
-        """Look at the mode file now; on a new mode, swap to its plan. True when the mode changed."""
-        self._last_poll_s = self._clock()
-        ann = self._read_mode()
-        if ann is None or ann.seq <= self._seen_seq:
-            return False
-        self._seen_seq = ann.seq
-        if ann.clock_plan is None and self.plan_path is None:
-            return True  # no plan before or after: nothing to run, nothing to report
-        # a new executor even for the same plan file: each mode's run is counted (and confirmed) on its own
-        self._end()
-        self._begin(ann.seq, ann.clock_plan)
-        return True
+    def quiet(self, phases: Iterable[str]) -> None:
+        """Leave ``phases`` out of the never-started warning (their caller has warned already)."""
+        self._quiet.update(phases)
 
     def flush(self) -> None:
         """Block until the executor has handled every queued switch (tests; the end of an iteration)."""
         if self.executor is not None:
             self.executor.flush()
 
-    def attach(self, model: Any, optimizer: Any = None, *, steps_from_forward: bool = True) -> "ClockPlanRunner":
-        """Drive the plan from hooks on ``model`` (and ``optimizer``); see the module docstring.
-
-        ``steps_from_forward``: poll the mode file from the model's forward pre-hook (off when a
-        framework callback calls :meth:`on_step_begin`).
-        """
-        self._model, self._optimizer = model, optimizer
-        self._step_hook = steps_from_forward
-        self._rehook()
-        return self
-
     # -- internals ----------------------------------------------------------------------------
-    def _read_mode(self) -> ModeAnnouncement | None:
-        if self.job.mode_file is None:
-            return None
-        try:
-            return read_mode_file(self.job.mode_file)
-        except BadJobFile as exc:  # gridshift writes it atomically; a bad file is not the training's problem
-            _log.warning("mode file ignored: %s", exc)
-            return None
+    def _unfired(self) -> tuple[str, ...]:
+        return tuple(p for p in self.phases if not self._fired[p])
 
     def _control_for_plan(self) -> ClockControl | None:
         if self.dry_run or self._control is not None:
@@ -198,66 +187,48 @@ class ClockPlanRunner:
 
     def _begin(self, seq: int, path: str | None) -> None:
         self.plan_path = path
-        run = ClockPlanRun(mode_seq=seq, plan=path, step=self.steps, dry_run=self.dry_run)
+        self._fired.clear()
+        self._switches.clear()
+        self._plan_step, self._warned_unfired = self.step, False
+        run = ClockPlanRun(mode_seq=seq, plan=path, step=self.step, dry_run=self.dry_run)
         if path is not None:
             try:
                 plan = load_plan(path)
                 plan.phase_clocks()  # a plan with mid-phase segments cannot be run at phase starts
                 self.executor = PlanExecutor(plan, self._control_for_plan(), dry_run=self.dry_run,
                                              min_interval_s=self.min_interval_s).start()
+                self._phases = tuple(plan.phase_clocks())
+                self.optimizer_phase = next((p for p in self._phases if p in OPTIMIZER_PHASES), None)
             except PlanFileError as exc:  # training goes on at the clocks it has; the report says why
-                _log.warning("clock plan not run: %s", exc)
+                self._log.warning("gridshift: clock plan not run: %s", exc)
                 run = run.model_copy(update={"errors": 1, "last_error": str(exc)})
+            except Exception as exc:  # no GPU control here (no NVML, no permission): the same
+                self._log.warning("gridshift: clock plan not run: %s: %s", type(exc).__name__, exc)
+                run = run.model_copy(update={"errors": 1, "last_error": f"{type(exc).__name__}: {exc}"})
         self.runs.append(run)
         self.job.report_clock_plans(tuple(self.runs))
-        self._rehook()
 
     def _end(self) -> None:
         if self.executor is not None:
+            unfired = self._unfired()
             self.executor.close()  # resets the lock it made
             stats = self.executor.stats
             self.runs[-1] = self.runs[-1].model_copy(update={
-                "switches": stats.issued, "errors": stats.errors, "last_error": stats.last_error})
+                "switches": stats.issued, "errors": self.runs[-1].errors + stats.errors,
+                "last_error": stats.last_error or self.runs[-1].last_error,
+                "phase_switches": dict(self._switches), "unfired": unfired})
             self.executor = None
         self.plan_path = None
+        self._phases, self.optimizer_phase = (), None
 
-    def _rehook(self) -> None:
-        """Hooks for the phases of the plan now running (a new plan may name other phases)."""
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
-        model = self._model
-        if model is None:
+    def snapshot(self) -> None:
+        """Write the running plan's counts so far to the result file (the core calls it now and then,
+        so a job killed mid-run still leaves them)."""
+        if self.executor is None or not self.runs:
             return
-        if self._step_hook:
-            self._hooks.append(model.register_forward_pre_hook(lambda _m, _i: self.on_step_begin()))
-        if self.executor is None:
-            return
-        modules = dict(model.named_modules())
-        unhooked: list[str] = []
-        for phase in self.executor.plan.phase_clocks():
-            name, _, kind = phase.rpartition(".")
-            target = model if not name and kind in ("forward", "backward") else modules.get(name)
-            if phase in _OPTIMIZER_PHASES and self._optimizer is not None:
-                self._hooks.append(self._optimizer.register_step_pre_hook(lambda _o, _a, _k, _p=phase: self.on_phase(_p)))
-            elif target is not None and kind == "forward":
-                self._hooks.append(target.register_forward_pre_hook(lambda _m, _i, _p=phase: self.on_phase(_p)))
-            elif target is not None and kind == "backward":
-                self._hooks.append(target.register_full_backward_pre_hook(lambda _m, _g, _p=phase: self.on_phase(_p)))
-            else:
-                unhooked.append(phase)
-        if unhooked:
-            _log.warning("clock plan phases with no hook (call runner.on_phase(label) at their start): %s",
-                         ", ".join(unhooked))
-
-
-def run_clock_plan(model: Any = None, optimizer: Any = None, *, job: GridshiftJob | None = None,
-                   **kw: Any) -> ClockPlanRunner:
-    """The one line for a PyTorch loop: run gridshift's clock plan from hooks on ``model`` and
-    ``optimizer``, swapping it when the mode changes. Use it as a context manager (or call
-    ``close()``); pass the script's :class:`GridshiftJob` as ``job`` if it has one, so that one object
-    writes the result file. Without ``GRIDSHIFT_CLOCK_PLAN`` or a mode file it does nothing."""
-    runner = ClockPlanRunner.from_env(job=job, **kw).start()
-    if model is not None:
-        runner.attach(model, optimizer)
-    return runner
+        stats = self.executor.stats
+        current: dict[str, Any] = {"switches": stats.issued, "phase_switches": dict(self._switches)}
+        if stats.errors:
+            current.update(errors=stats.errors, last_error=stats.last_error)
+        runs = [*self.runs[:-1], self.runs[-1].model_copy(update=current)]
+        self.job.report_clock_plans(tuple(runs))
