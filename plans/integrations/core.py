@@ -142,6 +142,7 @@ class TrainingSession:
             step, checkpoint=str(checkpoint) if checkpoint is not None else None))
         if self.checkpoint_dir is not None and self.handle_sigterm:
             self._install_sigterm()
+        self._write_progress(step)
         self._last_poll = self._clock()
 
     def finish(self, step: int, *, reached: bool | None = None, epochs: float | None = None,

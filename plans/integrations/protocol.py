@@ -177,7 +177,7 @@ class BatchSizeAck(BaseModel):
     batch_size: int = Field(gt=0, description="the batch size the job runs with from then on")
     epoch: float | None = Field(default=None, ge=0, description="the epoch boundary where it switched")
     step: int | None = Field(default=None, ge=0, description="the training step where it switched")
-    reason: str = Field(default="", description="why the job kept a size other than the announced one")
+    reason: str | None = Field(default=None, description="why the job kept a size other than the announced one")
 
 
 class JobWindow(BaseModel):
@@ -321,7 +321,7 @@ class GridshiftJob:
         """Tell gridshift the job runs with ``batch_size`` since ``announcement`` (written at once);
         ``reason``: why it kept a size other than the announced one."""
         self._acks.append(BatchSizeAck(mode_seq=announcement.seq, batch_size=batch_size, epoch=epoch, step=step,
-                                       reason=reason))
+                                       reason=reason or None))
         self._write()
 
     def report_clock_plans(self, runs: tuple[ClockPlanRun, ...]) -> None:
