@@ -183,9 +183,9 @@ class TrainingSession:
     def step_begin(self, step: int) -> None:
         """A step starts: a safe point to look at the mode file (at most every ``poll_interval_s``)."""
         self.step = step
+        self.runner.on_step(step)
         if self._clock() - self._last_poll >= self.poll_interval_s:
             self.poll()
-        self.runner.on_step(step)
 
     def phase(self, name: str) -> None:
         """A phase of the step starts (``forward``, ``backward``, ``optimizer`` or a module's)."""
