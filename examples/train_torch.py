@@ -74,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
                     if args.step_overhead_s:
                         time.sleep(args.step_overhead_s)
                     loop.step_done()
+                writes = "yes" if loop.session.job.result_file is not None else "no"  # rank 0 alone
                 print(f"rank {rank}: epoch {epoch + 1}/{args.epochs} step {loop.step} loss={loss.item():.4f} "
-                      f"batch_size={batch_size} clock_plan={loop.session.runner.plan_path or '-'}", flush=True)
+                      f"batch_size={batch_size} clock_plan={loop.session.runner.plan_path or '-'} "
+                      f"writes_result={writes}", flush=True)
             loop.finish(metric=loss.item(), metric_name="train_loss")
     finally:
         if distributed:
