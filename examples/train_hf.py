@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from typing import Any
@@ -66,8 +65,7 @@ class Report(transformers.TrainerCallback):  # type: ignore[misc]
         if self.overhead_s:
             time.sleep(self.overhead_s)
         if state.global_step % self.every == 0:
-            print(f"step {state.global_step}/{state.max_steps} mode={os.environ.get('GRIDSHIFT_MODE', '-')}",
-                  flush=True)
+            print(f"step {state.global_step}/{state.max_steps}", flush=True)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self.t1 = self._now()
@@ -95,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     transformers.set_seed(0)
     config = transformers.GPT2Config(vocab_size=args.vocab, n_positions=args.seq_len, n_embd=args.width,
-                                     n_layer=args.layers, n_head=args.heads)
+                                     n_layer=args.layers, n_head=args.heads, bos_token_id=args.vocab - 1,
+                                     eos_token_id=args.vocab - 1)
     model = transformers.GPT2LMHeadModel(config)
     data = RandomTokens(args.max_steps * args.batch_size * args.grad_accum, args.seq_len, args.vocab)
     with tempfile.TemporaryDirectory(prefix="train_hf-") as tmp:

@@ -14,7 +14,6 @@ and, for a pausable job, a checkpoint on SIGTERM and the resume from it (``GRIDS
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from typing import Any
@@ -48,8 +47,7 @@ class Regression(pl.LightningModule):
         if self.overhead_s:
             time.sleep(self.overhead_s)
         if (self.global_step + 1) % self.log_every == 0:
-            print(f"step {self.global_step + 1} epoch {self.current_epoch} batch_size={len(x)} "
-                  f"mode={os.environ.get('GRIDSHIFT_MODE', '-')}", flush=True)
+            print(f"step {self.global_step + 1} epoch {self.current_epoch} batch_size={len(x)}", flush=True)
         return loss
 
     def configure_optimizers(self) -> Any:

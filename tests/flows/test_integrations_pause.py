@@ -3,15 +3,14 @@ through dirty hours, the job writes its checkpoint on SIGTERM and exits 0 within
 and the resumed run goes on from the step it stopped at; the report says at which step each window
 started and ended.
 
-The clock is injected (as in test_supervise_plan): each poll waits (really) for the job's next
-progress line, then moves the clock on by the poll's interval, so a few seconds of real training
+The clock is injected (test_supervise_plan's EpochPacedHandle): each poll waits (really) for the
+job's next progress line, then moves the clock on by the poll's interval, so a few seconds of real training
 are two hours of modelled work. The jobs idle a little per step so they are still training when the
 pause comes. Clock plans are off here (test_integrations_run has them).
 """
 
 from __future__ import annotations
 
-import queue
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -20,57 +19,17 @@ import pytest
 
 from backends.simulated import SimulatedBackend
 from flows.job.mode_file import ModeFileChannel
-from flows.job.process import start_command
 from flows.job.progress import progress_file_reader
 from flows.supervise import PROGRESS_ENV, RESUME_ENV, SupervisedRun, supervise
 from plans.integrations.protocol import CHECKPOINT_DIR_ENV
 from scheduler.run_spec import resolve_run
-from tests.flows.test_supervise_plan import FIGURES, _monitor, _policy, _series
+from tests.flows.test_supervise_plan import FIGURES, EpochPacedHandle, _monitor, _policy, _series
 from tests.flows.test_supervise_timeline import T0, FakeClock
 from tests.requires import need
 
 REPO = Path(__file__).resolve().parents[2]
 #: the job's first line waits for its imports (torch, transformers, lightning) on a loaded machine
 FIRST_LINE_S = 240.0
-
-
-class LinePacedHandle:
-    """A real subprocess; each poll waits (really) for its next line starting with ``prefix``, then
-    moves the injected clock on by the poll's timeout: one progress line is one poll of modelled time."""
-
-    def __init__(self, clock: FakeClock, argv: list[str], env: dict[str, str], lines: list[str], prefix: str) -> None:
-        self.clock, self.lines = clock, lines
-        self.paced: queue.Queue[str] = queue.Queue()
-        self.seen = False
-
-        def on_line(line: str) -> None:
-            lines.append(line)
-            if line.startswith(prefix):
-                self.paced.put(line)
-
-        self.handle = start_command(argv, on_line=on_line, env=env, kill_grace_s=20.0)
-
-    def wait(self, timeout_s: float | None = None) -> int | None:
-        rc = None
-        limit = 30.0 if self.seen else FIRST_LINE_S
-        for _ in range(int(limit / 0.05)):
-            try:
-                self.paced.get(timeout=0.05)
-                self.seen = True
-                break
-            except queue.Empty:
-                if (rc := self.handle.wait(timeout_s=0.0)) is not None:
-                    break
-        rc = self.handle.wait(timeout_s=0.0) if rc is None else rc
-        self.clock.t += timedelta(seconds=float(timeout_s or 0.0))
-        return rc
-
-    @property
-    def tail(self) -> list[str]:
-        return self.handle.tail
-
-    def kill(self) -> None:
-        self.handle.kill()
 
 
 def _pause_and_resume(tmp_path: Path, argv: list[str], prefix: str) -> tuple[SupervisedRun, list[str]]:
@@ -87,11 +46,11 @@ def _pause_and_resume(tmp_path: Path, argv: list[str], prefix: str) -> tuple[Sup
     lines: list[str] = []
     starts: list[dict[str, str]] = []
 
-    def start_job(env: dict[str, str]) -> LinePacedHandle:
+    def start_job(env: dict[str, str]) -> EpochPacedHandle:
         starts.append(env)
         full = {**env, PROGRESS_ENV: str(progress_file), CHECKPOINT_DIR_ENV: str(tmp_path / "ckpt"),
                 "OMP_NUM_THREADS": "1"}
-        return LinePacedHandle(clock, argv, full, lines, prefix)
+        return EpochPacedHandle(clock, argv, full, lines, prefix=prefix, first_line_s=FIRST_LINE_S)
 
     def sleep(s: float) -> None:
         clock.t += timedelta(seconds=s)
