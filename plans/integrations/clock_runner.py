@@ -70,6 +70,7 @@ class ClockPlanRunner:
                  min_interval_s: float = 0.02, warn_after_steps: int = 20,
                  log: logging.Logger = _log) -> None:
         self.job = job
+        job.new_clock_plan_runner()  # one job may outlive a runner (a second train() in a process)
         self.dry_run = dry_run
         self.min_interval_s = min_interval_s
         self.warn_after_steps = warn_after_steps

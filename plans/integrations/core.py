@@ -90,20 +90,23 @@ class TrainingSession:
     """One training process's side of the protocol (see the module docstring).
 
     ``environ``: gridshift's variables (default ``os.environ``). ``rank``/``world_size``: the
-    process's place (default: :func:`plans.integrations.ranks.process_rank`). ``dry_run``: log clock
-    calls instead of making them (default: ``GRIDSHIFT_NVML_READ_ONLY=1``); ``control``: where clock
-    calls go (tests). ``clock``: monotonic seconds, for the polls.
+    process's place (default: :func:`plans.integrations.ranks.process_rank`). ``job``: the process's
+    one writer of the job's files, when an earlier session made it (a second ``train()`` or ``fit()``
+    in one script). ``dry_run``: log clock calls instead of making them (default:
+    ``GRIDSHIFT_NVML_READ_ONLY=1``); ``control``: where clock calls go (tests). ``clock``: monotonic
+    seconds, for the polls.
     """
 
     def __init__(self, *, environ: Mapping[str, str] | None = None, rank: int | None = None,
-                 world_size: int | None = None, dry_run: bool | None = None, control: ClockControl | None = None,
+                 world_size: int | None = None, job: GridshiftJob | None = None, dry_run: bool | None = None,
+                 control: ClockControl | None = None,
                  poll_interval_s: float = 1.0, warn_after_steps: int = 20, handle_sigterm: bool = True,
                  clock: Callable[[], float] = time.monotonic, log: logging.Logger = _log) -> None:
         env = os.environ if environ is None else environ
         found_rank, found_world = process_rank(env)
         self.rank = found_rank if rank is None else rank
         self.world_size = found_world if world_size is None else world_size
-        self.job = GridshiftJob.from_env(env, rank=self.rank)
+        self.job = job if job is not None else GridshiftJob.from_env(env, rank=self.rank)
         progress = env.get(PROGRESS_FILE_ENV) or None
         self.progress_file = Path(progress) if progress and self.rank == 0 else None
         ckpt = env.get(CHECKPOINT_DIR_ENV) or None
@@ -136,7 +139,8 @@ class TrainingSession:
         self.hooks = PhaseHooks(self.phase, model=model, optimizer=optimizer, events=events)
         ann = self.guard("read the mode file", self.job.poll_mode)
         self._pending = ann
-        self.guard("start the clock plan", lambda: self.runner.start(ann, step=step))
+        current = ann or self.job.announcement  # a second train() in a process goes on in the mode in force
+        self.guard("start the clock plan", lambda: self.runner.start(current, step=step))
         self._rehook()
         self.guard("write the result file", lambda: self.job.window_started(
             step, checkpoint=str(checkpoint) if checkpoint is not None else None))

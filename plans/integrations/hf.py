@@ -80,6 +80,7 @@ class GridshiftCallback(TrainerCallback):  # type: ignore[misc]
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        **kw: Any) -> None:
         s = self.session = TrainingSession(rank=args.process_index, world_size=args.world_size,
+                                           job=self.session.job if self.session else None,
                                            **self.session_options)
         s.start(state.global_step, total_steps=state.max_steps or None, model=model, optimizer=optimizer,
                 events=OPTIMIZER_PHASES, checkpoint=self.resume_from if state.global_step else None)

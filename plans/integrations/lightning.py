@@ -92,7 +92,8 @@ class GridshiftCallback(Callback):  # type: ignore[misc]
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         # Lightning turns SIGTERM into an exception itself, agreed across ranks: no handler of ours
         s = self.session = TrainingSession(rank=trainer.global_rank, world_size=trainer.world_size,
-                                           handle_sigterm=False, **self.session_options)
+                                           handle_sigterm=False, job=self.session.job if self.session else None,
+                                           **self.session_options)
         total = trainer.estimated_stepping_batches
         optimizers = list(trainer.optimizers or [])
         s.start(trainer.global_step, total_steps=int(total) if total not in (None, float("inf")) else None,

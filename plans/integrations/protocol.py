@@ -262,6 +262,8 @@ class GridshiftJob:
         self.window = window
         self.resumed = resumed
         self._seen_seq = -1
+        #: the newest announcement :meth:`poll_mode` returned (the mode in force, as far as the job knows)
+        self.announcement: ModeAnnouncement | None = None
         self._acks: list[BatchSizeAck] = []
         self._plans_before: tuple[ClockPlanRun, ...] = ()
         self._plans: tuple[ClockPlanRun, ...] = ()
@@ -314,6 +316,7 @@ class GridshiftJob:
         if current is None or current.seq <= self._seen_seq:
             return None
         self._seen_seq = current.seq
+        self.announcement = current
         return current
 
     def acknowledge(self, announcement: ModeAnnouncement, batch_size: int, *, epoch: float | None = None,
@@ -325,9 +328,13 @@ class GridshiftJob:
         self._write()
 
     def report_clock_plans(self, runs: tuple[ClockPlanRun, ...]) -> None:
-        """Tell gridshift which clock plans this process has run so far, with their counts (written at once)."""
+        """Tell gridshift which clock plans this runner has run so far, with their counts (written at once)."""
         self._plans = runs
         self._write()
+
+    def new_clock_plan_runner(self) -> None:
+        """A new runner reports from now on: what the last one reported is kept, in front of its."""
+        self._plans_before, self._plans = self._plans_before + self._plans, ()
 
     def window_started(self, step: int, *, checkpoint: str | None = None) -> None:
         """This process trains from ``step`` (0, or the step of the checkpoint it resumed from)."""

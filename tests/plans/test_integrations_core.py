@@ -235,3 +235,27 @@ def test_outside_gridshift_the_session_does_nothing(tmp_path: Path) -> None:
     s.finish(3)
     s.close()
     assert list(tmp_path.iterdir()) == [] and GridshiftJob.from_env({}).result_file is None
+
+
+def test_a_second_training_in_one_process_keeps_the_first_ones_record_and_the_mode_in_force(tmp_path: Path) -> None:
+    """A script that calls train() (or fit()) twice: one writer, both trainings in the result file."""
+    fast, slow = _plans(tmp_path)
+    _announce(tmp_path, 0, 64, fast)
+    first = TrainingSession(environ=_env(tmp_path), dry_run=True)
+    first.start(0, total_steps=10, events=PHASES)
+    _announce(tmp_path, 1, 32, slow)
+    first.poll()  # the efficiency mode, during the first training
+    _train(first, Clock(), range(10))
+    first.finish(10)
+    first.close()
+    second = TrainingSession(environ=_env(tmp_path), dry_run=True, job=first.job)
+    second.start(0, total_steps=5, events=PHASES)
+    assert second.runner.plan_path == str(slow)  # the mode in force, not the one the process started in
+    _train(second, Clock(), range(5))
+    second.finish(5)
+    second.close()
+    result = read_result_file(tmp_path / "result.json")
+    assert result is not None
+    assert [(r.mode_seq, Path(r.plan or "").name) for r in result.clock_plans] == [
+        (0, "fast.json"), (1, "slow.json"), (1, "slow.json")]
+    assert [(w.start_step, w.end_step, w.ended) for w in result.windows] == [(0, 10, "finished"), (0, 5, "finished")]
