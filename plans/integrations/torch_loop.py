@@ -69,6 +69,7 @@ class TrainingLoop:
         found = resume_checkpoint("torch-step-*.pt")
         if found is not None:
             self._load(found)
+            found = self.resumed_from
         self.session.start(self.step, total_steps=self.total_steps, model=self.model, optimizer=self.optimizer,
                            checkpoint=found)
         self.session.step_begin(self.step)
@@ -120,8 +121,11 @@ class TrainingLoop:
         return path
 
     def _load(self, path: Path) -> None:
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-        for name, obj in self.state.items():
+        saved = self.session.guard(f"read the checkpoint {path.name} (starting from step 0)",
+                                   lambda: torch.load(path, map_location="cpu", weights_only=False), drop=False)
+        if saved is None:
+            return
+        for name, obj in self.state.items():  # a checkpoint that does not fit the model is the script's error
             obj.load_state_dict(saved["state"][name])
         self.step, self.epoch, self.batch_size = int(saved["step"]), int(saved["epoch"]), int(saved["batch_size"])
         torch.set_rng_state(saved["rng"])
