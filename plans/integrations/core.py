@@ -137,13 +137,13 @@ class TrainingSession:
         plan, the hooks for the phases the framework has no ``events`` for, and the window's start."""
         self.step, self.total_steps = step, total_steps
         self.hooks = PhaseHooks(self.phase, model=model, optimizer=optimizer, events=events)
-        ann = self.guard("read the mode file", self.job.poll_mode)
+        ann = self.guard("read the mode file", self.job.poll_mode, drop=False)
         self._pending = ann
         current = ann or self.job.announcement  # a second train() in a process goes on in the mode in force
         self.guard("start the clock plan", lambda: self.runner.start(current, step=step))
         self._rehook()
         self.guard("write the result file", lambda: self.job.window_started(
-            step, checkpoint=str(checkpoint) if checkpoint is not None else None))
+            step, checkpoint=str(checkpoint) if checkpoint is not None else None), drop=False)
         if self.checkpoint_dir is not None and self.handle_sigterm:
             self._install_sigterm()
         self._write_progress(step)
@@ -159,14 +159,14 @@ class TrainingSession:
             self.job.window_at(step, ended="finished")
             self.job.finish(reached=reached, epochs=epochs, steps=step, metric=metric, metric_name=metric_name)
 
-        self.guard("write the result file", write)
+        self.guard("write the result file", write, drop=False)
 
     def pause(self, step: int, checkpoint: Path | str | None) -> None:
         """Training stopped for a planned pause at ``step``, its state in ``checkpoint``."""
         self.step, self.paused = step, True
         self._write_progress(step)
         self.guard("write the result file", lambda: self.job.window_at(
-            step, ended="paused", checkpoint=str(checkpoint) if checkpoint is not None else None))
+            step, ended="paused", checkpoint=str(checkpoint) if checkpoint is not None else None), drop=False)
 
     def close(self) -> None:
         """Hooks removed, the clock plan stopped (its lock undone) and reported, SIGTERM handed back."""
@@ -210,7 +210,7 @@ class TrainingSession:
         self.step = step
         if self._clock() - self._last_write >= self.poll_interval_s:
             self._write_progress(step)
-            self.guard("write the result file", lambda: (self.job.window_at(step), self.runner.snapshot()))
+            self.guard("write the result file", lambda: (self.runner.snapshot(), self.job.window_at(step)), drop=False)
         return self.stop_requested()
 
     def stop_requested(self) -> bool:

@@ -161,7 +161,8 @@ class GridshiftCallback(Callback):  # type: ignore[misc]
         try:
             if s is not None and isinstance(exception, SIGTERMException) and s.checkpoint_dir is not None:
                 folder = s.checkpoint_dir
-                s.pause(trainer.global_step, s.guard("write the checkpoint", lambda: self._save(trainer, folder), drop=False))
+                written = s.guard("write the checkpoint", lambda: self._save(trainer, folder), drop=False)
+                s.pause(trainer.global_step, written)
         finally:
             self._close()
 

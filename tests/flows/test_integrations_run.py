@@ -57,8 +57,8 @@ def _policy(tmp_path: Path, grid: SwitchableGrid, argv: list[str], *, speed_batc
 
 def _run(prefect_server, tmp_path: Path, argv: list[str], *, speed_batch: int, efficiency_batch: int,
          dirty_after: str) -> tuple[dict, list[str]]:
-    """``gridshift run --json POLICY`` with ``argv`` as the policy's job; the grid turns dirty at the job's first line starting with
-    ``dirty_after``. Returns the report and the job's lines (gridshift run's stderr)."""
+    """``gridshift run --json POLICY`` with ``argv`` as the policy's job; the grid turns dirty at the
+    job's first line that holds ``dirty_after``. Returns the report and the job's lines (stderr)."""
     with SwitchableGrid(100.0) as grid:
         policy = _policy(tmp_path, grid, argv, speed_batch=speed_batch, efficiency_batch=efficiency_batch)
         env = {**prefect_server.env_for(tmp_path), "GRIDSHIFT_NVML_READ_ONLY": "1", "OMP_NUM_THREADS": "1",

@@ -112,7 +112,8 @@ def test_the_hf_trainer_follows_mode_changes_with_accumulation_and_mixed_precisi
     with caplog.at_level(logging.WARNING, logger="gridshift.integrations"):
         transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=data,
                              callbacks=[Switch(), gridshift]).train()
-    (warning,) = [r.getMessage() for r in caplog.records if r.name.startswith("gridshift")]  # the corrupt plan: one line, training completed
+    # the corrupt plan: one line, and training completed
+    (warning,) = [r.getMessage() for r in caplog.records if r.name.startswith("gridshift")]
     assert warning.startswith("gridshift: clock plan not run: ") and "broken.json" in warning
     result = read_result_file(folder / "result.json")
     assert result is not None and result.steps == 9 and result.metric_name == "loss"
