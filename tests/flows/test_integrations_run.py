@@ -143,14 +143,14 @@ def test_the_torch_example_under_torchrun_has_one_writer_and_both_ranks_follow(p
     need("torch")
     torchrun = str(Path(sys.executable).parent / "torchrun")
     argv = [torchrun, "--standalone", "--nproc-per-node", "2", str(REPO / "examples" / "train_torch.py"),
-            "--epochs", "5", "--steps-per-epoch", "10", "--width", "32", "--mode-poll-s", "0.2",
+            "--epochs", "6", "--steps-per-epoch", "10", "--width", "32", "--mode-poll-s", "0.2",
             "--step-overhead-s", "0.1"]
     report, lines = _run(prefect_server, tmp_path, argv, speed_batch=64, efficiency_batch=32,
                          dirty_after="rank 0: epoch 1/")
     result = _check_report(report, batches=(64, 32), lines=lines)
-    assert result["steps"] == 50
+    assert result["steps"] == 60
     for rank in (0, 1):  # both ranks ran the efficiency mode's batch size and plan by the end
-        last = [line for line in lines if f"rank {rank}: epoch 5/5" in line]
+        last = [line for line in lines if f"rank {rank}: epoch 6/6" in line]
         assert last and "batch_size=32" in last[-1] and "slow.json" in last[-1], lines[-20:]
     writers = [line.split("writes_result=")[1].split()[0] for line in lines if "writes_result=" in line]
     assert sorted(set(writers)) == ["no", "yes"] and len(result["windows"]) == 1  # rank 0 alone wrote the file
