@@ -4,8 +4,8 @@ modes differ in batch size and clock plan, and a grid that turns dirty once the 
 The grid is a local HTTP server playing the UK grid API (tests/fakes/switchable_grid.py), switched
 to dirty when the job prints its first steps, so the mode change comes mid-run on an event, not on
 the clock of a quiet machine; the jobs idle a little per step (``--step-overhead-s``), so they are
-still training when gridshift's next decision (every second) and the job's next look at the mode
-file (every 0.2 s) come. Expected: exit 0; both modes in the report; in each mode the batch size
+still training, seconds later, when gridshift's next decision (every second) and the job's next
+look at the mode file (every 0.2 s) come, even on a loaded machine. Expected: exit 0; both modes in the report; in each mode the batch size
 confirmed by the job (applied, or kept with the reason) and the clock plan run by the job (a dry
 run: GRIDSHIFT_NVML_READ_ONLY=1) with switches asked at every phase of the plan; the job's progress
 read by the run loop; the outcome recorded. ``train_torch.py`` runs as two gloo ranks under
@@ -116,8 +116,8 @@ def test_the_hf_trainer_example_follows_a_mode_change_under_gridshift_run(prefec
     from plans.integrations.hf import KEPT_BATCH_SIZE
 
     argv = [sys.executable, str(REPO / "examples" / "train_hf.py"), "--max-steps", "40", "--grad-accum", "2",
-            "--mode-poll-s", "0.2", "--step-overhead-s", "0.15", "--log-every", "2"]
-    report, lines = _run(prefect_server, tmp_path, argv, speed_batch=8, efficiency_batch=4, dirty_after="step 4/")
+            "--mode-poll-s", "0.2", "--step-overhead-s", "0.2", "--log-every", "2"]
+    report, lines = _run(prefect_server, tmp_path, argv, speed_batch=8, efficiency_batch=4, dirty_after="step 2/")
     result = _check_report(report, batches=(8, 4), lines=lines)
     kept = {a["mode_seq"]: a for a in result["batch_sizes"]}[1]
     assert (kept["batch_size"], kept["reason"]) == (8, KEPT_BATCH_SIZE)  # the Trainer keeps its DataLoader, and says why
@@ -128,14 +128,14 @@ def test_the_hf_trainer_example_follows_a_mode_change_under_gridshift_run(prefec
 @pytest.mark.slow
 def test_the_lightning_example_follows_a_mode_change_under_gridshift_run(prefect_server, tmp_path: Path) -> None:
     need("lightning")
-    argv = [sys.executable, str(REPO / "examples" / "train_lightning.py"), "--epochs", "5", "--steps-per-epoch", "8",
-            "--mode-poll-s", "0.2", "--step-overhead-s", "0.15", "--log-every", "2"]
-    report, lines = _run(prefect_server, tmp_path, argv, speed_batch=32, efficiency_batch=16, dirty_after="step 4 ")
+    argv = [sys.executable, str(REPO / "examples" / "train_lightning.py"), "--epochs", "6", "--steps-per-epoch", "8",
+            "--mode-poll-s", "0.2", "--step-overhead-s", "0.2", "--log-every", "2"]
+    report, lines = _run(prefect_server, tmp_path, argv, speed_batch=32, efficiency_batch=16, dirty_after="step 2 ")
     result = _check_report(report, batches=(32, 16), lines=lines)
     applied = [a for a in result["batch_sizes"] if a["mode_seq"] == 1][-1]
     assert (applied["batch_size"], applied.get("reason")) == (16, None)  # the next epoch's DataLoader has it
     assert any("batch_size=16" in line for line in lines)
-    assert result["steps"] == 40
+    assert result["steps"] == 48
 
 
 @pytest.mark.slow
@@ -144,7 +144,7 @@ def test_the_torch_example_under_torchrun_has_one_writer_and_both_ranks_follow(p
     torchrun = str(Path(sys.executable).parent / "torchrun")
     argv = [torchrun, "--standalone", "--nproc-per-node", "2", str(REPO / "examples" / "train_torch.py"),
             "--epochs", "6", "--steps-per-epoch", "10", "--width", "32", "--mode-poll-s", "0.2",
-            "--step-overhead-s", "0.1"]
+            "--step-overhead-s", "0.15"]
     report, lines = _run(prefect_server, tmp_path, argv, speed_batch=64, efficiency_batch=32,
                          dirty_after="rank 0: epoch 1/")
     result = _check_report(report, batches=(64, 32), lines=lines)
