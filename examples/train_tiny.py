@@ -1,6 +1,6 @@
 """A tiny, real training job: logistic regression on synthetic data with NumPy (CPU, seconds).
 
-gridshift hands the mode's settings to the job through the environment (see plans.job_protocol):
+gridshift hands the mode's settings to the job through the environment (see plans.integrations.protocol):
 ``GRIDSHIFT_MODE``, ``GRIDSHIFT_BATCH_SIZE`` (the batch size to start with), ``GRIDSHIFT_MODE_FILE``
 (read at every epoch boundary: a new mode's batch size is taken from the next epoch on, and
 acknowledged) and ``GRIDSHIFT_RESULT_FILE`` (where the job says whether it reached its target).
@@ -34,7 +34,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from plans.job_protocol import GridshiftJob
+from plans.integrations.protocol import GridshiftJob
 
 #: exit status after a checkpoint written on SIGTERM (128 + 15, the shell's convention)
 EXIT_CHECKPOINTED = 143

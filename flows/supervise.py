@@ -137,7 +137,7 @@ def run_job(
     run = out if out is not None else SupervisedRun()
     channel = mode_file if mode_file is not None else ModeFileChannel(
         None, spec.batch_sizes(None), {m: p.path for m, p in (clock_plans or {}).items()})
-    spans_before = len(run.spans)
+    spans_before, windows_before = len(run.spans), len(run.windows)
     pausable = spec.job.checkpointable if pausable is None else pausable
     try:
         if first_reading.source not in run.sources:
@@ -158,6 +158,7 @@ def run_job(
         # only this call's spans: a resumed window's earlier spans were labelled by their own call
         result, warning = channel.result()
         run.spans[spans_before:] = channel.label_spans(run.spans[spans_before:], result)
+        run.windows[windows_before:] = channel.label_windows(run.windows[windows_before:], result)
         if result is not None:
             run.extra["job_result"] = result.model_dump(mode="json", exclude_none=True)
         if warning:

@@ -144,14 +144,17 @@ def run_supervised(spec: RunSpec, backend: Backend, control: bool, monitor: Carb
     # the saving's baseline needs the modes' figures also when threshold rules decide (the planner records its own)
     out.extra.setdefault("mode_figures", [{"mode": f.name, "power_w": f.power_w, "speed": f.speed, "source": f.source,
                                            "measured": f.measured} for f in prepared.figures])
+    progress = progress_file_reader(progress_path)
     try:
         run = run_job(spec=spec, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
                       first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
-                      out=out, progress=progress_file_reader(progress_path), clock_plans=prepared.clock_plans,
+                      out=out, progress=progress, clock_plans=prepared.clock_plans,
                       power_profile=prepared.power_profile, fingerprint=job.fingerprint, profile_dir=profiles_dir(),
                       figures=prepared.figures, pausable=job.pausable, defer_pauses_over_s=defer_pauses_over_s,
                       mode_file=channel)
     finally:
+        if (seen := progress.summary()) is not None:  # the job's progress reached the decisions
+            out.extra["job_progress"] = seen
         if trial is not None:  # recorded whatever happened, so a pending trial never lingers
             result, _ = channel.result()
             try:

@@ -4,9 +4,9 @@ Pure: no NVML, no clock, no HTTP. Imports carbon and backends only.
 """
 
 from plans.batch_size import BatchSizeConfig, BatchSizeOptimizer, Proposal, Trial
-from plans.callbacks import PowerLimitCallback, hf_callback, lightning_callback
+from plans.integrations.power_limit import PowerLimitCallback
 from plans.errors import BadJobFile, BadProfile, BadTraceFile, PlanError, SimulationAborted
-from plans.job_protocol import GridshiftJob, JobResult, ModeAnnouncement
+from plans.integrations.protocol import GridshiftJob, JobResult, ModeAnnouncement
 from plans.power_limit import LimitMeasurement, PowerLimitProfiler, combine_ranks, local_limit_search
 from plans.profile_store import PowerProfile, ProfileStore, workload_fingerprint
 from plans.selectors import (
@@ -45,8 +45,6 @@ __all__ = [
     "Trial",
     "ZeusCost",
     "combine_ranks",
-    "hf_callback",
-    "lightning_callback",
     "local_limit_search",
     "make_selector",
     "switch_point_g_per_kwh",

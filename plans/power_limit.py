@@ -11,7 +11,7 @@ States (frozen; every transition returns a new state and the actions for the dri
                                                                  (that limit restarts in the next epoch)
     Done(selected_w)              terminal (reuse the profile; re-select with another selector at will)
 
-Limits are walked from the highest to the lowest. The driver (``plans.callbacks``) owns the backend
+Limits are walked from the highest to the lowest. The driver (``plans.integrations.power_limit``) owns the backend
 and the energy meter; this module has no clock, no NVML and no torch. Measurements from several
 ranks combine as in Zeus: energy summed, time maxed (:func:`combine_ranks`).
 """

@@ -125,7 +125,8 @@ class RunWindow(_TimedJson):
     ``ended_by``: ``"exit"`` (the job ended by itself) or ``"pause"`` (gridshift stopped it with
     SIGTERM for a planned pause; it resumes with ``GRIDSHIFT_RESUME=1``). ``work_s`` is the work done
     in it, in reference (clean-mode) seconds, from the job's progress reports or modelled from the
-    modes' speeds (``work_measured``).
+    modes' speeds (``work_measured``). ``start_step``/``end_step``: the training steps the job said
+    it started (or resumed) at and reached (None: it did not say).
     """
 
     start: datetime
@@ -136,6 +137,8 @@ class RunWindow(_TimedJson):
     carbon_g: float = 0.0
     work_s: float = 0.0
     work_measured: bool = False
+    start_step: int | None = None
+    end_step: int | None = None
 
 
 @dataclass(frozen=True)

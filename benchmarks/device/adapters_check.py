@@ -1,4 +1,4 @@
-"""The HF Trainer and Lightning power-limit adapters on a real GPU, training for real, MEASURE-ONLY.
+"""Power-limit profiling in the HF Trainer and Lightning callbacks on a real GPU, training for real, MEASURE-ONLY.
 
     GRIDSHIFT_NVML_READ_ONLY=1 PYTHONPATH=. OUT=/tmp/out python3 benchmarks/device/adapters_check.py
 
@@ -6,7 +6,7 @@ Refuses to run unless ``GRIDSHIFT_NVML_READ_ONLY=1``: every NVML setter is then 
 driver, so no power limit is applied (the callback's SetLimit actions come back "skipped") and the
 profile windows all run at the limit found. What is real: the training (a small BERT built from a
 local config with the HF Trainer; a small MLP with Lightning; nothing is downloaded), the step
-boundaries the adapters see, the energy windows from the GPU's NVML counter, the rank combine path
+boundaries the callbacks see, the energy windows from the GPU's NVML counter, the rank combine path
 and the stored profile. What it is NOT: a profile of different limits (they were not applied), so
 the selected limit is an artefact of measurement noise and must not be read as a recommendation.
 
@@ -59,7 +59,7 @@ class _ApplyLog:
 
 
 def _callback(backend: Any, caps: Any, store_dir: Path, fingerprint: str, args: argparse.Namespace) -> Any:
-    from plans.callbacks import PowerLimitCallback
+    from plans.integrations.power_limit import PowerLimitCallback
     from plans.profile_store import ProfileStore
     from scheduler.settings.auto_power import auto_power_limit_profiler
     from scheduler.policy.types import Mode
@@ -103,7 +103,7 @@ def _report(name: str, cb: Any, mode: Any, model: str, caps: Any, store_dir: Pat
 def run_hf(torch: Any, device: str, backend: Any, caps: Any, work: Path, args: argparse.Namespace, smoke: bool) -> dict[str, Any]:
     import transformers
 
-    from plans.callbacks import hf_callback
+    from plans.integrations.hf import GridshiftCallback
 
     width, layers, seq, batch = (32, 1, 16, 8) if smoke else (512, 4, 128, 32)
     config = transformers.BertConfig(vocab_size=1000, hidden_size=width, num_hidden_layers=layers,
@@ -123,7 +123,7 @@ def run_hf(torch: Any, device: str, backend: Any, caps: Any, work: Path, args: a
         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
     )
     t0 = time.perf_counter()
-    transformers.Trainer(model=model, args=targs, train_dataset=data, callbacks=[hf_callback(cb)]).train()
+    transformers.Trainer(model=model, args=targs, train_dataset=data, callbacks=[GridshiftCallback(power_limit=cb)]).train()
     return _report("hf_trainer", cb, mode, gpu, caps, work / "hf-profiles", apply_log, backend, time.perf_counter() - t0, args.steps)
 
 
@@ -133,7 +133,7 @@ def run_lightning(torch: Any, device: str, backend: Any, caps: Any, work: Path, 
     except ImportError:
         import pytorch_lightning as pl  # type: ignore[no-redef]
 
-    from plans.callbacks import lightning_callback
+    from plans.integrations.lightning import GridshiftCallback
 
     width, batch = (64, 32) if smoke else (4096, 4096)
 
@@ -167,7 +167,7 @@ def run_lightning(torch: Any, device: str, backend: Any, caps: Any, work: Path, 
     trainer = pl.Trainer(max_steps=args.steps, accelerator="gpu" if device.startswith("cuda") else "cpu", devices=1,
                          precision="bf16-mixed" if device.startswith("cuda") else "32-true", logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=str(work / "pl-out"), callbacks=[lightning_callback(cb)])
+                         default_root_dir=str(work / "pl-out"), callbacks=[GridshiftCallback(power_limit=cb)])
     t0 = time.perf_counter()
     trainer.fit(MLP(), torch.utils.data.DataLoader(Batches(), batch_size=None))
     return _report("lightning", cb, mode, gpu, caps, work / "pl-profiles", apply_log, backend, time.perf_counter() - t0, args.steps)

@@ -1,5 +1,5 @@
 """Step time of a real training loop with vs without a phase-level clock plan run through
-``run_clock_plan`` in DRY RUN, and a mid-run mode change that swaps the plan. Prints JSON.
+``TrainingLoop`` in DRY RUN, and a mid-run mode change that swaps the plan. Prints JSON.
 
     GRIDSHIFT_NVML_READ_ONLY=1 OUT=/tmp/out PYTHONPATH=. python3 benchmarks/device/clock_plan_overhead.py [--cpu-smoke]
 
@@ -8,9 +8,10 @@ control (every clock call logged and recorded, none sent to the GPU), and every 
 refused before the driver anyway. No clock, power limit or other setting is changed.
 
 The job's side is the real one: plan files, a mode file and a result file as gridshift writes and
-reads them (``plans.job_protocol``), and ``run_clock_plan(model, optimizer, job=job)``, which hooks
-the plan's phases (``forward``, ``backward``, ``optimizer``: three switch requests per step, the
-phase-level worst case; the planner's H200 plan was one static clock) and polls the mode file.
+reads them (``plans.integrations.protocol``), and ``plans.integrations.torch_loop.TrainingLoop``, which
+hooks the plan's phases (``forward``, ``backward``, ``optimizer``: three switch requests per step, the
+phase-level worst case; the planner's H200 plan was one static clock) and polls the mode file at
+``step_done()``.
 
 1. Overhead: blocks of steps alternate without / with the helper (A B A B ...) to cancel drift. A
    block is timed as a whole, the GPU synchronised only at its ends, as a training loop runs (the
@@ -113,9 +114,9 @@ def main() -> int:
     if not torch.cuda.is_available() and not args.cpu_smoke:
         return finish({"skipped": "no CUDA GPU (use --cpu-smoke to exercise the code path)"})
 
-    from plans.clock_runner import run_clock_plan
     from plans.dvfs.plan_file import save_plan
-    from plans.job_protocol import GridshiftJob, ModeAnnouncement, read_result_file, write_mode_file
+    from plans.integrations.protocol import GridshiftJob, ModeAnnouncement, read_result_file, write_mode_file
+    from plans.integrations.torch_loop import TrainingLoop
 
     device = "cpu" if args.cpu_smoke else "cuda"
     dims = (dict(d_model=64, heads=4, seq=32, batch=2, layers=1) if args.cpu_smoke
@@ -124,17 +125,28 @@ def main() -> int:
     model, opt, x = _model(torch, device=device, **dims)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
+    active: list[Any] = []  # the TrainingLoop in force, if any
+
     def step() -> None:
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
             loss = model(x).float().pow(2).mean()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
+        if active:
+            active[0].step_done()
+
+    def helper() -> Any:
+        loop = TrainingLoop(model, opt, total_steps=None, batch_size=1, poll_interval_s=args.poll_s)
+        active[:] = [loop]
+        return loop
 
     work = Path(tempfile.mkdtemp(prefix="gridshift-clock-plan-"))
     fast = save_plan(_plan(FAST, "fast"), work / "fast.json")
     slow = save_plan(_plan(SLOW, "slow"), work / "slow.json")
     job = GridshiftJob(batch_size=None, mode_file=work / "mode.json", result_file=work / "result.json", clock_plan=fast)
+    os.environ.update(GRIDSHIFT_MODE_FILE=str(job.mode_file), GRIDSHIFT_RESULT_FILE=str(job.result_file),
+                      GRIDSHIFT_CLOCK_PLAN=str(fast))  # what gridshift hands the job
     now = datetime.now(timezone.utc).isoformat()
     write_mode_file(job.mode_file, ModeAnnouncement(seq=0, mode="speed", batch_size=None, since=now,  # type: ignore[arg-type]
                                                     clock_plan=str(fast)))
@@ -165,13 +177,15 @@ def main() -> int:
     for _ in range(blocks):
         without.append(block(steps_per_block))
         synced_without += synced(steps_per_block)
-        with run_clock_plan(model, opt, job=job, poll_interval_s=args.poll_s) as runner:
+        with helper() as loop:
+            runner = loop.session.runner
             if not runner.dry_run:  # belt and braces: nothing in this script may reach the GPU's clocks
                 raise SystemExit("the helper is not in dry run; refusing")
             with_plan.append(block(steps_per_block))
             synced_with += synced(steps_per_block)
             runner.flush()
             dry_calls += len(runner.executor.control.calls)  # type: ignore[union-attr]
+        active.clear()
     a, b = statistics.median(without), statistics.median(with_plan)
     sa, sb = statistics.median(synced_without), statistics.median(synced_with)
     log(f"step {1000 * a:.3f} ms without, {1000 * b:.3f} ms with the helper ({100 * (b / a - 1):+.2f} %); "
@@ -179,7 +193,8 @@ def main() -> int:
 
     # 2. a mid-run mode change: the helper swaps to the efficiency plan at a step boundary
     change: dict[str, Any] = {}
-    with run_clock_plan(model, opt, job=job, poll_interval_s=args.poll_s) as runner:
+    with helper() as loop:
+        runner = loop.session.runner
         announce_at = steps_per_block
         limit = announce_at + max(200, int(10 * args.poll_s / a) + 1)  # steps enough to pass several polls
         announced_s = 0.0
@@ -202,6 +217,7 @@ def main() -> int:
         runner.flush()
         after = list(runner.executor.control.calls) if runner.executor is not None else []  # type: ignore[union-attr]
         plan_after = Path(runner.plan_path).name if runner.plan_path else None
+    active.clear()
     result = read_result_file(job.result_file)  # type: ignore[arg-type]
     change.update({
         "swapped": bool(change), "plan_before": fast.name, "plan_after": plan_after,

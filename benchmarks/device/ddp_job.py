@@ -5,7 +5,7 @@
 Each rank trains on its own GPU (``LOCAL_RANK``; gloo on CPU when there is no GPU, so the rank
 logic runs anywhere). Rank 0 prints one ``STEPSTATS {json}`` line at the end: the median step time
 over the timed steps (after warm-up) of the slowest rank, which is what the overhead comparison
-reads. ``--profile-dir`` runs the power-limit profiling pass of :class:`plans.callbacks.PowerLimitCallback`
+reads. ``--profile-dir`` runs the power-limit profiling pass of :class:`plans.integrations.power_limit.PowerLimitCallback`
 on every rank, its measurements combined across ranks with ``torch.distributed``; on a read-only
 GPU (``GRIDSHIFT_NVML_READ_ONLY=1``) the limits are not applied, the windows are still measured.
 """
@@ -100,7 +100,7 @@ def main() -> int:
 def _profiling_callback(profile_dir: str, world: int):  # noqa: ANN202 - a PowerLimitCallback
     """The callback as a job builds it, with rank combination over torch.distributed."""
     from backends.registry import create_backend
-    from plans.callbacks import PowerLimitCallback
+    from plans.integrations.power_limit import PowerLimitCallback
     from plans.power_limit import PowerLimitProfiler
     from plans.profile_store import ProfileStore
     from plans.selectors import ZeusCost

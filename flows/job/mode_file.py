@@ -1,4 +1,4 @@
-"""gridshift's side of the job files (:mod:`plans.job_protocol`) for one run, and truthful job settings.
+"""gridshift's side of the job files (:mod:`plans.integrations.protocol`) for one run, and truthful job settings.
 
 The run's :class:`ModeFileChannel` hands the job its start batch size and the two file paths, writes
 the mode file at every mode change (:func:`flows.supervise.supervise` calls :meth:`announce`; the
@@ -16,16 +16,17 @@ from pathlib import Path
 
 from flows.job.span_settings import job_settings
 from plans.errors import BadJobFile
-from plans.job_protocol import (
+from plans.integrations.protocol import (
     BATCH_SIZE_ENV,
     MODE_FILE_ENV,
     RESULT_FILE_ENV,
+    WINDOW_ENV,
     JobResult,
     ModeAnnouncement,
     read_result_file,
     write_mode_file,
 )
-from scheduler.report import ModeSpan, settings_phrase
+from scheduler.report import ModeSpan, RunWindow, settings_phrase
 
 __all__ = ["ModeFileChannel"]
 
@@ -42,10 +43,12 @@ class ModeFileChannel:
         self.batch_sizes = dict(batch_sizes)
         self.clock_plans = dict(clock_plans or {})
         self.announced: list[ModeAnnouncement] = []
+        self.windows_started = 0
 
     def job_env(self, first_mode: str) -> dict[str, str]:
-        """The job's variables for a run that starts in ``first_mode``."""
-        env: dict[str, str] = {}
+        """The job's variables for a window (a start of the job) that starts in ``first_mode``."""
+        env: dict[str, str] = {WINDOW_ENV: str(self.windows_started)}
+        self.windows_started += 1
         if (b := self.batch_sizes.get(first_mode)) is not None:
             env[BATCH_SIZE_ENV] = str(b)
         if self.mode_file is not None and self.result_file is not None:
@@ -85,6 +88,13 @@ class ModeFileChannel:
                 out[i] = replace(span, settings=f"{span.settings}; {words}" if span.settings else words,
                                  settings_detail=span.settings_detail + extra)
         return out
+
+    def label_windows(self, windows: Sequence[RunWindow], result: JobResult | None) -> list[RunWindow]:
+        """``windows`` (this channel's, in start order) with the steps the job said each started and
+        ended at; a window the job said nothing of is left as it is."""
+        said = {w.window: w for w in (result.windows if result else ()) if w.window is not None}
+        return [replace(w, start_step=said[i].start_step, end_step=said[i].end_step) if i in said else w
+                for i, w in enumerate(windows)]
 
     def batch_sizes_used(self, result: JobResult | None) -> set[int]:
         """Every batch size the job ran with, as far as gridshift can tell."""

@@ -3,7 +3,7 @@
 gridshift applies power limits and static clock locks through the backend; the backend reads the
 power limit back, so that is confirmed (or shown not to have taken). Batch sizes and clock plans
 are handed to the job (``GRIDSHIFT_BATCH_SIZE``, ``GRIDSHIFT_CLOCK_PLAN``, the mode file); only the
-job's result file (:class:`plans.job_protocol.JobResult`) can confirm them, and a span says
+job's result file (:class:`plans.integrations.protocol.JobResult`) can confirm them, and a span says
 "handed to the job, not confirmed" until it does.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from backends.types import Applied, Settings
-from plans.job_protocol import BatchSizeAck, ClockPlanRun, JobResult, ModeAnnouncement
+from plans.integrations.protocol import BatchSizeAck, ClockPlanRun, JobResult, ModeAnnouncement
 from scheduler.report import SpanSetting
 
 __all__ = ["NOT_CONFIRMED", "batch_size_settings", "clock_plan_settings", "hardware_settings", "job_settings"]
@@ -77,8 +77,11 @@ def batch_size_settings(announced: Sequence[ModeAnnouncement], start_batch_size:
     for ann in announced:
         ack = last_ack.get(ann.seq)
         if ack is not None:
-            at = f" at epoch {ack.epoch:g}" if ack.epoch is not None else ""
-            if known is not None and known != ack.batch_size:
+            at = (f" at step {ack.step}" if ack.step is not None
+                  else f" at epoch {ack.epoch:g}" if ack.epoch is not None else "")
+            if ack.reason:
+                how = f"kept by the job{at}: {ack.reason}"
+            elif known is not None and known != ack.batch_size:
                 how = f"was {known}, the job switched{at}"
             else:
                 how = f"acknowledged by the job{at}"
@@ -107,17 +110,23 @@ def _ran(run: ClockPlanRun, asked: str | None) -> SpanSetting:
     differs = f"; the mode asks {_plan_name(asked) or 'none'}" if (run.plan or None) != (asked or None) else ""
     if run.plan is None:
         return SpanSetting("clock_plan", None, "job", True, f"the job runs no plan, its clock lock undone{differs}")
+    if run.errors and not run.switches:  # before dry run: a plan that never ran was not run "in dry run"
+        return SpanSetting("clock_plan", name, "job", False, f"not run by the job: {run.last_error}{differs}")
     calls = f"{run.switches} clock switch{'es' if run.switches != 1 else ''}"
+    phases = ", ".join(f"{p} {n}" for p, n in sorted(run.phase_switches.items()))
+    evidence = (f"; switches asked per phase: {phases}" if phases else "") + (
+        f"; phase(s) {', '.join(run.unfired)} never started" if run.unfired else "") + differs
     if run.dry_run:
+        failed = f" until it failed ({run.last_error})" if run.errors else ""
         return SpanSetting("clock_plan", name, "job", False,
-                           f"run by the job in dry run: {calls} logged, no clock changed{differs}")
+                           f"run by the job in dry run{failed}: {calls} logged, no clock changed{evidence}")
     if run.errors:
         return SpanSetting("clock_plan", name, "job", False,
                            f"run by the job, {run.errors} clock switch(es) failed ({run.last_error}); "
-                           f"{calls} made{differs}")
+                           f"{calls} made{evidence}")
     if run.switches == 0:
-        return SpanSetting("clock_plan", name, "job", False, f"started by the job, no clock switch reported yet{differs}")
-    return SpanSetting("clock_plan", name, "job", True, f"run by the job: {calls}{differs}")
+        return SpanSetting("clock_plan", name, "job", False, f"started by the job, no clock switch reported yet{evidence}")
+    return SpanSetting("clock_plan", name, "job", True, f"run by the job: {calls}{evidence}")
 
 
 def clock_plan_settings(announced: Sequence[ModeAnnouncement], runs: Sequence[ClockPlanRun]) -> list[SpanSetting | None]:

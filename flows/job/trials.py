@@ -21,7 +21,7 @@ import numpy as np
 from backends.types import Capabilities
 from flows.job.process import JobHandle
 from plans.batch_size import Proposal
-from plans.job_protocol import JobResult
+from plans.integrations.protocol import JobResult
 from plans.zeus_trace.simulator import zeus_cost
 from scheduler.store.batch_size_history import BatchSizeHistory, batch_size_config, early_stop_cost
 from scheduler.run_spec import JobRun

@@ -19,14 +19,13 @@ from typing import Any
 from uuid import UUID
 
 from flows.supervise import SupervisedRun
+from plans.integrations.protocol import CHECKPOINT_DIR_ENV
 from scheduler.store.ledger import gridshift_home
 from scheduler.report import ModeSpan, RunWindow
 
 __all__ = ["CHECKPOINT_DIR_ENV", "DEFER_MIN_S", "RESUME_STATE_VERSION", "checkpoint_dir", "defer_next_window",
            "flow_run_deployment", "next_window_parameters", "resume_state", "resumed_run"]
 
-#: where a checkpointable job keeps its checkpoint between windows (the same for all windows of a run)
-CHECKPOINT_DIR_ENV = "GRIDSHIFT_CHECKPOINT_DIR"
 #: a wait shorter than this is not worth a new flow run: the run waits for it itself
 DEFER_MIN_S = 120.0
 RESUME_STATE_VERSION = 1

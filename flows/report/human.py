@@ -70,6 +70,10 @@ def human_report(report: dict[str, Any], log_path: Path | None = None) -> str:
             lines.append(f"  settings   {m['mode']}@{m['start'][11:19]}: {m['settings']}")
     if len(report["modes"]) > _SPANS_SHOWN:
         lines.append(f"  settings   ... {len(report['modes']) - _SPANS_SHOWN} more spans (--json has them all)")
+    windows = report.get("windows", [])
+    for i, w in enumerate(windows if len(windows) > 1 else (), 1):  # a pausable job's windows, with its steps
+        steps = f", steps {w['start_step']}-{w['end_step']}" if w.get("start_step") is not None else ""
+        lines.append(f"  window {i:<3} {w['start'][11:19]}-{w['end'][11:19]} UTC, ended by {w['ended_by']}{steps}")
     lines += _extra_lines(report.get("extra", {}))
     for w in report.get("warnings", []):
         lines.append(f"  warning    {w}")

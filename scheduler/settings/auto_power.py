@@ -6,7 +6,7 @@ A mode with ``power_limit_select`` leaves ``Settings.power_limit_w`` unset (see
 - the flow, before it applies the mode, looks up a stored profile for (GPU model, job fingerprint)
   and calls :func:`choose_power_limit` (pure): with a profile, the selector picks the limit; without
   one, the device default, and a warning that says how to produce the profile;
-- the training process runs a :class:`plans.callbacks.PowerLimitCallback` with the profiler built
+- the training process runs a :class:`plans.integrations.power_limit.PowerLimitCallback` with the profiler built
   by :func:`auto_power_limit_profiler` over the device's power limit range, walked in ``step_w``
   steps from the maximum down, and saves the profile where the flow looks next time.
 """
@@ -79,7 +79,7 @@ def choose_power_limit(
         at = f"the device default ({default:g} W)" if default is not None else "the limit found"
         why = "no stored power-limit profile" if profile is None else "the stored profile has no limit in the device range"
         warning = (f"power_limit_select {sel!r}: {why} for {model} / workload {fingerprint or '?'}, running at {at}; "
-                   f"produce one in-process with plans.callbacks.PowerLimitCallback(backend, "
+                   f"produce one in-process with plans.integrations.power_limit.PowerLimitCallback(backend, "
                    f"scheduler.settings.auto_power.auto_power_limit_profiler(mode, caps), store=ProfileStore(${PROFILE_DIR_ENV}), "
                    f"gpu_model=${GPU_MODEL_ENV}, fingerprint=${FINGERPRINT_ENV}) in the training loop")
         return PowerChoice(default, f"power limit auto ({sel}): {why}, device default", warning)

@@ -1,7 +1,7 @@
 """Clock plans named by policy modes (``clock_plan: path``): load and check them before a job starts.
 
 The flow does not execute a plan: its job is a subprocess, and clock switches must happen at phase
-boundaries inside the training loop. The job runs it with :class:`plans.clock_runner.ClockPlanRunner`
+boundaries inside the training loop. The job runs it with :class:`plans.integrations.clock_runner.ClockPlanRunner`
 (the shipped callbacks and helper: the first plan from ``GRIDSHIFT_CLOCK_PLAN``, later ones from the
 mode file) and reports what it ran in its result file; the flow checks the file early, so a bad plan is bad
 input (exit 2) and not a surprise hours into a deferred run, and records which plan applied and what
@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from backends.types import Capabilities
 from plans.dvfs.errors import PlanFileError
 from plans.dvfs.plan_file import ClockPlan, load_mode_plan
-from plans.job_protocol import CLOCK_PLAN_ENV
+from plans.integrations.protocol import CLOCK_PLAN_ENV
 from scheduler.errors import PolicyError
 from scheduler.policy.types import Policy
 
@@ -49,7 +49,7 @@ class ModePlan:
             "predicted_energy_saving_pct": -p.energy_change_pct,
             "predicted_slowdown_pct": p.time_change_pct,
             "modelled": True,
-            "executed_by": "the job (plans.clock_runner.ClockPlanRunner, GRIDSHIFT_CLOCK_PLAN); "
+            "executed_by": "the job (plans.integrations.clock_runner.ClockPlanRunner, GRIDSHIFT_CLOCK_PLAN); "
                            "confirmed only by the job's result file (see each span's settings_detail)",
         }
 

@@ -1,6 +1,6 @@
 """A clock plan through a real run: gridshift hands examples/train_torch.py the speed mode's plan,
 switches to the efficiency mode mid-run, the job swaps plans (dry run: GRIDSHIFT_NVML_READ_ONLY=1)
-and reports the switches, and each span says what the job confirmed. Skipped without torch.
+and reports the switches, and each span says what the job confirmed. Needs torch (tests/requires.py).
 
 The job is a real subprocess; the control loop's clock is injected as in test_mode_file.
 """
@@ -28,6 +28,7 @@ from scheduler.run_spec import resolve_run
 from tests.fakes.clock_plans import make_plan, write_plan
 from tests.flows.test_mode_file import InjectedTimeJob, _signal
 from tests.flows.test_supervise_timeline import FakeClock
+from tests.requires import need
 
 REPO = Path(__file__).resolve().parents[2]
 PHASES = ("forward", "backward", "optimizer")
@@ -35,7 +36,7 @@ PHASES = ("forward", "backward", "optimizer")
 
 @pytest.mark.slow  # a torch subprocess: its import alone takes seconds on a loaded 2-core machine
 def test_the_job_runs_each_modes_plan_and_the_spans_confirm_it(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    need("torch")
     plans = {"speed": write_plan(tmp_path / "fast.json", make_plan((1980, 1410, 1980), phases=PHASES)),
              "efficiency": write_plan(tmp_path / "slow.json", make_plan((1410, 1200, 1410), phases=PHASES))}
     policy = Policy.model_validate({
@@ -54,7 +55,7 @@ def test_the_job_runs_each_modes_plan_and_the_spans_confirm_it(tmp_path: Path) -
     reading = monitor.read(clock())
     channel = ModeFileChannel(tmp_path, resolve_run(policy).batch_sizes(None), plans)
     argv = [sys.executable, str(REPO / "examples" / "train_torch.py"), "--epochs", "4", "--steps-per-epoch", "25",
-            "--width", "64", "--mode-poll-s", "0.02"]
+            "--width", "64", "--mode-poll-s", "0.02", "--step-overhead-s", "0.02"]
     jobs: list[InjectedTimeJob] = []
     lines: list[str] = []
 

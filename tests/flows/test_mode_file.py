@@ -20,7 +20,7 @@ from flows.job.process import start_command
 from flows.job.mode_file import ModeFileChannel
 from flows.job.span_settings import batch_size_settings
 from flows.supervise import supervise
-from plans.job_protocol import BatchSizeAck, GridshiftJob, ModeAnnouncement, read_mode_file
+from plans.integrations.protocol import BatchSizeAck, GridshiftJob, ModeAnnouncement, read_mode_file
 from scheduler.planner.thresholds import decide
 from scheduler.policy.types import Policy
 from scheduler.run_spec import resolve_run

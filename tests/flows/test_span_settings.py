@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 from backends.types import Applied, Settings
 from flows.job.span_settings import clock_plan_settings, hardware_settings, job_settings
-from plans.job_protocol import BatchSizeAck, ClockPlanRun, JobResult, ModeAnnouncement
+from plans.integrations.protocol import BatchSizeAck, ClockPlanRun, JobResult, ModeAnnouncement
 from scheduler.report import ModeSpan, SpanSetting, settings_phrase
 
 

@@ -160,25 +160,29 @@ def test_without_progress_reports_a_much_slower_job_is_late() -> None:
 
 
 class EpochPacedHandle:
-    """A real subprocess's handle; each poll waits (really) for its next epoch line, then moves the
-    injected clock on by the poll's timeout, so one epoch of real work is one poll of modelled time."""
+    """A real subprocess's handle; each poll waits (really) for its next epoch line (a line starting
+    with ``prefix``), then moves the injected clock on by the poll's timeout, so one epoch of real
+    work is one poll of modelled time. The first line may take ``first_line_s`` (the job's imports)."""
 
-    def __init__(self, clock: FakeClock, argv: list[str], env: dict[str, str], lines: list[str]) -> None:
+    def __init__(self, clock: FakeClock, argv: list[str], env: dict[str, str], lines: list[str], *,
+                 prefix: str = "epoch ", first_line_s: float = 30.0) -> None:
         self.clock, self.lines = clock, lines
         self.epochs: queue.Queue[str] = queue.Queue()
+        self.first_line_s, self.seen = first_line_s, False
 
         def on_line(line: str) -> None:
             lines.append(line)
-            if line.startswith("epoch "):
+            if line.startswith(prefix):
                 self.epochs.put(line)
 
         self.handle = start_command(argv, on_line=on_line, env=env, kill_grace_s=20.0)
 
     def wait(self, timeout_s: float | None = None) -> int | None:
         rc = None
-        for _ in range(600):  # at most 30 s of real time for one epoch
+        for _ in range(int((30.0 if self.seen else self.first_line_s) / 0.05)):  # at most 30 s for one epoch
             try:
                 self.epochs.get(timeout=0.05)
+                self.seen = True
                 break
             except queue.Empty:
                 if (rc := self.handle.wait(timeout_s=0.0)) is not None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from flows.job.trials import CostWatchedJob, trial_outcome
 from plans.batch_size import BatchSizeConfig, Trial
-from plans.job_protocol import JobResult
+from plans.integrations.protocol import JobResult
 from scheduler.store.batch_size_history import BatchSizeHistory, early_stop_cost
 
 CFG = BatchSizeConfig((16, 32, 64, 128), 64)

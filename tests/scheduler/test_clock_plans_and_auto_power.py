@@ -116,7 +116,7 @@ def test_without_a_profile_the_device_default_and_one_warning_saying_how_to_prof
     assert choice.power_limit_w == 700.0
     assert "\n" not in choice.warning
     for fragment in ("no stored power-limit profile", "NVIDIA H200", "abc123", "device default (700 W)",
-                     "plans.callbacks.PowerLimitCallback", "GRIDSHIFT_PROFILE_DIR", "GRIDSHIFT_WORKLOAD_FINGERPRINT"):
+                     "plans.integrations.power_limit.PowerLimitCallback", "GRIDSHIFT_PROFILE_DIR", "GRIDSHIFT_WORKLOAD_FINGERPRINT"):
         assert fragment in choice.warning
     with pytest.raises(ValueError):
         choose_power_limit(Mode(power_limit_w=300.0), _h200(), PROFILE, None)

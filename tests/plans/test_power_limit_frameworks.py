@@ -1,5 +1,7 @@
-"""The HF Trainer and Lightning adapters against their REAL libraries (skipped when not installed),
-with tiny models built from local configs (nothing is downloaded), on CPU and the simulated backend.
+"""In-process power-limit profiling driven by the HF Trainer and Lightning callbacks
+(``GridshiftCallback(power_limit=...)``) on their REAL libraries, with tiny models built from local
+configs (nothing is downloaded), on CPU and the simulated backend; skipped without the libraries,
+except under CI=true (tests/requires.py).
 
 Also torch.distributed's rank combine on two real gloo processes."""
 
@@ -11,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from backends.simulated import SimulatedBackend
-from plans.callbacks import PowerLimitCallback, hf_callback, lightning_callback, torch_distributed_combine
+from plans.integrations.power_limit import PowerLimitCallback, torch_distributed_combine
 from plans.power_limit import Measured, PowerLimitProfiler
 from plans.profile_store import ProfileStore
 from plans.selectors import ZeusCost
+from tests.requires import need
 
 LIMITS = (700.0, 500.0, 300.0)
 STEPS = 24  # 1 wait + 3 limits x (1 warm-up + 3 profiled) = 13 steps of profiling, then the selected limit
@@ -51,10 +54,12 @@ def _check(cb: PowerLimitCallback, backend: SimulatedBackend, store: ProfileStor
     assert backend.current is None  # restored at train end
 
 
-def test_hf_trainer_adapter(tmp_path):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
+def test_the_hf_trainer_callback_profiles_power_limits(tmp_path):
+    torch = need("torch")
+    transformers = need("transformers")
+    need("accelerate")
+    from plans.integrations.hf import GridshiftCallback
+
     config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=32, max_position_embeddings=16, num_labels=2)
     model = transformers.BertForSequenceClassification(config)
@@ -66,13 +71,15 @@ def test_hf_trainer_adapter(tmp_path):
     )
     cb, backend, store = _callback(tmp_path)
     log = _LimitLog(backend)
-    transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[hf_callback(cb)]).train()
+    transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[GridshiftCallback(power_limit=cb)]).train()
     _check(cb, backend, store, log)
 
 
-def test_lightning_adapter(tmp_path):
-    torch = pytest.importorskip("torch")
-    pl = pytest.importorskip("lightning.pytorch")
+def test_the_lightning_callback_profiles_power_limits(tmp_path):
+    torch = need("torch")
+    pl = need("lightning.pytorch")
+    from plans.integrations.lightning import GridshiftCallback
+
 
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
@@ -92,13 +99,13 @@ def test_lightning_adapter(tmp_path):
     log = _LimitLog(backend)
     trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path),
-                         callbacks=[lightning_callback(cb)])
+                         callbacks=[GridshiftCallback(power_limit=cb)])
     trainer.fit(Tiny(), torch.utils.data.DataLoader(ds, batch_size=4))
     _check(cb, backend, store, log)
 
 
 def test_combine_is_off_without_torch_distributed():
-    pytest.importorskip("torch")
+    need("torch")
     assert torch_distributed_combine() is None
 
 
@@ -120,7 +127,7 @@ def _rank(rank: int, world: int, init: str, out: str) -> None:
 
 
 def test_two_gloo_ranks_sum_energy_and_take_the_slowest_time(tmp_path):
-    mp = pytest.importorskip("torch.multiprocessing")
+    mp = need("torch.multiprocessing")
     mp.spawn(_rank, args=(2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path)), nprocs=2, join=True)
     got = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
     for r, g in enumerate(got):

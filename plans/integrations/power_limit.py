@@ -1,4 +1,4 @@
-"""Drive power-limit profiling and limit changes, and gridshift's clock plans, from a training loop.
+"""Drive power-limit profiling and limit changes from a training loop (in-process profiling).
 
 Plain PyTorch (or any loop)::
 
@@ -15,33 +15,28 @@ Limits are applied through :class:`backends.Backend` (which records and restores
 energy windows come from the injected :class:`backends.meter.EnergyMeter`, which must count this
 rank's own GPU only (``NvidiaBackend(per_rank=True)`` picks it from ``LOCAL_RANK``).
 
+The HF Trainer and Lightning callbacks drive it in the same object as the rest of the protocol::
+
+    Trainer(..., callbacks=[plans.integrations.hf.GridshiftCallback(power_limit=cb)])
+    L.Trainer(..., callbacks=[plans.integrations.lightning.GridshiftCallback(power_limit=cb)])
+
 Distributed training: every rank runs the callback (steps and epochs are in lockstep, so the windows
 close at the same step everywhere). :meth:`PowerLimitCallback.use_torch_distributed` (called by the
-HF and Lightning adapters at train start) all-reduces each closed window when ``torch.distributed``
+HF and Lightning callbacks at train start) all-reduces each closed window when ``torch.distributed``
 is initialised: energy summed over ranks, time the slowest rank's (the arithmetic of
 :func:`plans.power_limit.combine_ranks`); the stored profile then says ``world_size`` = the number
 of ranks, and only rank 0 writes it. Or pass ``combine=`` yourself.
 
-Clock plans: :func:`hf_clock_plan_callback` and :func:`lightning_clock_plan_callback` run the plan
-gridshift hands the job (``GRIDSHIFT_CLOCK_PLAN``), swap it when the mode file announces a new mode,
-and report what ran in the result file, through :class:`plans.clock_runner.ClockPlanRunner` (a plain
-PyTorch loop uses :func:`plans.clock_runner.run_clock_plan`)::
-
-    Trainer(..., callbacks=[hf_clock_plan_callback()])
-    pl.Trainer(..., callbacks=[lightning_clock_plan_callback()])
-
-The Hugging Face Trainer and Lightning adapters import their framework only when called, so this
-module imports neither torch nor transformers.
+This module imports neither torch nor a framework.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from backends.base import Backend
 from backends.meter import EnergyMeter
 from backends.types import Settings
-from plans.clock_runner import ClockPlanRunner
 from plans.errors import BadProfile
 from plans.power_limit import (
     BeginWindow,
@@ -59,8 +54,7 @@ from plans.power_limit import (
 )
 from plans.profile_store import PowerProfile, ProfileStore
 
-__all__ = ["PowerLimitCallback", "hf_callback", "hf_clock_plan_callback", "lightning_callback",
-           "lightning_clock_plan_callback", "torch_distributed_combine"]
+__all__ = ["PowerLimitCallback", "torch_distributed_combine"]
 
 
 def torch_distributed_combine() -> tuple[Callable[[Measured], Measured], int, int] | None:
@@ -207,130 +201,3 @@ class PowerLimitCallback:
                     measured=getattr(self.backend, "measured", True),
                 )
             )
-
-
-def hf_callback(cb: PowerLimitCallback) -> Any:
-    """A ``transformers.TrainerCallback`` that drives ``cb`` (needs the ``hf`` extra).
-
-    Combines ranks through ``torch.distributed`` when the Trainer (accelerate) initialised it, and
-    restores the limit when training ends.
-    """
-    from transformers import TrainerCallback  # lazy: optional dependency
-
-    class _HF(TrainerCallback):  # type: ignore[misc,valid-type]
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            cb.use_torch_distributed()
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            cb.on_step_begin()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            cb.on_step_end()
-
-        def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            cb.on_epoch_end()
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            cb.on_train_end()
-
-    return _HF()
-
-
-def lightning_callback(cb: PowerLimitCallback) -> Any:
-    """A Lightning ``Callback`` that drives ``cb`` (``lightning`` or ``pytorch_lightning``).
-
-    Combines ranks through ``torch.distributed`` when the strategy initialised it, and restores the
-    limit when training ends or fails.
-    """
-    try:
-        from lightning.pytorch import Callback  # lazy: optional dependency
-    except ImportError:
-        from pytorch_lightning import Callback  # type: ignore[no-redef]
-
-    class _PL(Callback):  # type: ignore[misc,valid-type]
-        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            cb.use_torch_distributed()
-
-        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, *a: Any) -> None:
-            cb.on_step_begin()
-
-        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, *a: Any) -> None:
-            cb.on_step_end()
-
-        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-            cb.on_epoch_end()
-
-        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-            cb.on_train_end()
-
-        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-            cb.on_train_end()
-
-    return _PL()
-
-
-def hf_clock_plan_callback(runner: ClockPlanRunner | None = None) -> Any:
-    """A ``transformers.TrainerCallback`` that runs gridshift's clock plan (needs the ``hf`` extra).
-
-    ``runner`` defaults to :meth:`ClockPlanRunner.from_env` (dry run under
-    ``GRIDSHIFT_NVML_READ_ONLY=1``), built at train start; the callback's ``runner`` attribute holds it.
-    Phases are hooked on the Trainer's model and optimizer; the mode file is read at step begins.
-    """
-    from transformers import TrainerCallback  # lazy: optional dependency
-
-    class _HFClockPlan(TrainerCallback):  # type: ignore[misc,valid-type]
-        def __init__(self) -> None:
-            self.runner = runner
-
-        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
-                           **kw: Any) -> None:
-            if self.runner is None:
-                self.runner = ClockPlanRunner.from_env()
-            self.runner.start()
-            if model is not None:
-                self.runner.attach(model, optimizer, steps_from_forward=False)
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if self.runner is not None:
-                self.runner.on_step_begin()
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if self.runner is not None:
-                self.runner.close()
-
-    return _HFClockPlan()
-
-
-def lightning_clock_plan_callback(runner: ClockPlanRunner | None = None) -> Any:
-    """A Lightning ``Callback`` that runs gridshift's clock plan (``lightning`` or ``pytorch_lightning``).
-
-    As :func:`hf_clock_plan_callback`; the plan stops (its clock lock undone) when training ends or fails.
-    """
-    try:
-        from lightning.pytorch import Callback  # lazy: optional dependency
-    except ImportError:
-        from pytorch_lightning import Callback  # type: ignore[no-redef]
-
-    class _PLClockPlan(Callback):  # type: ignore[misc,valid-type]
-        def __init__(self) -> None:
-            self.runner = runner
-
-        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            if self.runner is None:
-                self.runner = ClockPlanRunner.from_env()
-            optimizers = list(getattr(trainer, "optimizers", None) or [])
-            self.runner.start().attach(pl_module, optimizers[0] if optimizers else None, steps_from_forward=False)
-
-        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, *a: Any) -> None:
-            if self.runner is not None:
-                self.runner.on_step_begin()
-
-        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-            if self.runner is not None:
-                self.runner.close()
-
-        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-            if self.runner is not None:
-                self.runner.close()
-
-    return _PLClockPlan()
