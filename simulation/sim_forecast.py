@@ -30,7 +30,7 @@ from carbon.forecasts.issued import IssuedForecasts
 from carbon.forecasts.skill import MIN_NIGHTS, ForecastSkill, Night, StartWindow, night_scores, start_gain_share, trusts_start
 
 __all__ = ["GridForecaster", "DailyProfileForecaster", "FusedForecaster", "IssuedForecaster", "NoisyTraceForecaster",
-           "PerfectForecaster", "StartGate"]
+           "PerfectForecaster", "StartGate", "forecast_candidates"]
 
 
 class GridForecaster(Protocol):
@@ -239,3 +239,26 @@ def start_window(*, origin_s: float, reference_s: float, latest_start_s: float, 
     last = int(np.floor((latest_start_s - origin_s) / step_s + 1e-9))
     return StartWindow(reference=int(round((reference_s - origin_s) / step_s)), starts=tuple(range(max(last, 0) + 1)),
                        length=max(int(np.ceil(run_s / step_s - 1e-9)), 1))
+
+
+class _InputAlone:
+    """One input of a fused forecaster on its own: what it said, the fused forecast where it said nothing."""
+
+    def __init__(self, fused: FusedForecaster, name: str) -> None:
+        self.fused, self.name = fused, name
+
+    def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
+        said = np.array(self.fused.inputs[self.name](values, now_index, n), dtype=float)
+        missing = np.isnan(said)
+        if missing.any():
+            said[missing] = self.fused.forecast(values, now_index, n)[missing]
+        said[0] = float(values[now_index])
+        return said
+
+
+def forecast_candidates(forecaster: GridForecaster, label: str = "forecast") -> dict[str, GridForecaster]:
+    """The forecasts the do-no-harm gate scores (:mod:`scheduler.loop.gate`): the forecaster, and for a
+    fused one each of its inputs alone, so the fusion is never trusted beyond the better of them."""
+    if isinstance(forecaster, FusedForecaster):
+        return {"fused": forecaster, **{name: _InputAlone(forecaster, name) for name in forecaster.inputs}}
+    return {label: forecaster}

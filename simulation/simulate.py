@@ -42,7 +42,9 @@ from scheduler.planner.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints
 from scheduler.run_spec import RunSpec, resolve_run
 from scheduler.policy.types import PlanRule, Policy
-from simulation.sim_forecast import GridForecaster
+from scheduler.loop.gate import NightPlanner
+from simulation.sim_forecast import GridForecaster, forecast_candidates
+from simulation.sim_gate import NightRecords
 from simulation.strategies import (JobOutcome, TruthGrid, best_static, gridshift_run, oracle_run, static_run,
                                   as_threshold_policy, threshold_run)
 
@@ -196,6 +198,8 @@ class _JobContext:
     grid_s: float
     min_gain: float
     kind: str
+    records: NightRecords  # the do-no-harm gate's record of every forecast, night by night
+    nominals: dict[float, int]  # night index by cron time (trace seconds)
     pace_error: float = 0.0
 
 
@@ -218,13 +222,29 @@ def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
     if "threshold" in ctx.wanted:
         out["threshold"] = threshold_run(ctx.threshold_spec, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
                                       min_gain=ctx.min_gain, kind=ctx.kind)
-    out["gridshift"] = gridshift_run(ctx.spec, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns, interval_s=ctx.interval_s,
-                                  pace_error=ctx.pace_error)
+    out["gridshift"] = _gridshift(ctx, ns)
     # the DP's work quantum may cost it up to max_rounding against a schedule counted exactly; the
     # best single-mode schedule is in its search space, so the oracle is the better of the two
     dp = oracle_run(ctx.policy, truth, ctx.t0, modes, nominal_s=ns, grid_s=ctx.grid_s, objective=ctx.objective)
     out["oracle"] = dp if _cost(dp, ctx.objective) <= _cost(best, ctx.objective) else best
     return out
+
+
+def _gridshift(ctx: _JobContext, ns: float) -> JobOutcome:
+    """The product's two runs for the night at ``ns``: the planning run (gate, then the start), then the training run."""
+    job = ctx.policy.job
+    k = ctx.nominals[ns]
+    records = ctx.records
+    choice = records.choice(k)
+    earliest = ns + job.earliest_start_s
+    reference = max(ns, earliest)
+    if choice.static or choice.label is None:
+        start, read = reference, records.reader(next(iter(records.candidates)), k)
+    else:
+        start = max((records.start_plan(choice.label, k).start - ctx.t0).total_seconds(), earliest)
+        read = records.reader(choice.label, k)
+    return gridshift_run(ctx.spec, ctx.truth, ctx.modes, read, nominal_s=ns, start_s=start, choice=choice,
+                         pace_error=ctx.pace_error)
 
 
 #: the context forked workers inherit (set just before the pool forks), so it is not pickled to each
@@ -248,17 +268,16 @@ def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None) -> li
     n = min(n, len(offsets) // _MIN_JOBS_PER_WORKER)
     if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return _simulate_chunk(offsets, ctx)
-    chunks = [offsets[k::n] for k in range(n)]  # interleaved: each worker gets every season
+    # contiguous blocks: a night's gate reads the nights before it, which its worker then has at hand
+    size = -(-len(offsets) // n)
+    chunks = [offsets[k * size:(k + 1) * size] for k in range(n)]
     _FORKED = ctx
     try:
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
             parts = list(pool.map(_simulate_chunk, chunks))
     finally:
         _FORKED = None
-    ordered: list[dict[str, JobOutcome]] = [{}] * len(offsets)
-    for k, part in enumerate(parts):
-        ordered[k::n] = part
-    return ordered
+    return [outcome for part in parts for outcome in part]
 
 
 def nominal_starts(cron: str, t0: datetime, end: datetime, *, tz: str, earliest_start_s: float,
@@ -304,7 +323,7 @@ def simulate(
         raise PolicyError(f"unknown strategy {unknown[0]!r} (strategies: {', '.join(STRATEGIES)})")
     wanted = [s for s in STRATEGIES if s in strategies or s in ("baseline", "gridshift", "oracle")]
     t0, step, values = resample(trace)
-    truth = TruthGrid(values, step)
+    truth = TruthGrid(values, step, 0.0, epoch=t0)
     end = t0 + timedelta(seconds=step * len(values))
     nominals = nominal_starts(job.cron, t0, end, tz=job.timezone, earliest_start_s=job.earliest_start_s,
                               deadline_s=job.deadline_s)
@@ -318,11 +337,13 @@ def simulate(
     constraints, objective = spec.constraints, spec.objective
     assert constraints is not None
     grid_s = _gcd_s(step, plan_rule.slot_s, plan_rule.interval_s, threshold_policy.rules.interval_s)
+    offsets = [(n - t0).total_seconds() for n in nominals]
+    records = NightRecords(NightPlanner(spec, modes), truth, forecast_candidates(forecaster), offsets,
+                           earliest_s=job.earliest_start_s, deadline_s=job.deadline_s, slot_s=constraints.slot_s)
     ctx = _JobContext(policy=policy, spec=spec, threshold_spec=resolve_run(threshold_policy), truth=truth, t0=t0,
                       modes=tuple(modes), forecaster=forecaster, wanted=tuple(wanted), objective=objective, constraints=constraints,
                       interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain, kind=trace.kind,
-                      pace_error=pace_error)
-    offsets = [(n - t0).total_seconds() for n in nominals]
+                      records=records, nominals={ns: k for k, ns in enumerate(offsets)}, pace_error=pace_error)
     out: dict[str, list[JobOutcome]] = {s: [] for s in wanted}
     for per_job in _map_jobs(ctx, offsets, workers):
         for name, outcome in per_job.items():
