@@ -116,11 +116,16 @@ def main() -> None:
     ap.add_argument("--profile", default="v100", choices=("v100", "model"))
     ap.add_argument("--half", choices=("first", "second"))
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--z", type=float, default=None, help="the gate's standard errors (default: the shipped Z)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if not SHARED.exists():
         sys.exit(f"{SHARED}: the shared data folder is not here (set GRIDSHIFT_SHARED_DATA)")
 
+    if args.z is not None:
+        from scheduler.loop import gate
+
+        gate.Z = args.z
     from backends.simulated import SimulatedBackend
     from carbon.trace_file import read_trace
     from scheduler.planner.mode_figures import figures_for_policy

@@ -14,6 +14,7 @@ import math
 from datetime import datetime, timedelta
 from typing import Callable, Mapping, Sequence
 
+from scheduler.loop import gate
 from scheduler.loop.gate import RECORD_NIGHTS, ForecastChoice, ForecastRecord, NightPlanner, choose_forecast, plan_grams
 from scheduler.loop.loop import SignalReading
 from scheduler.planner import RunPlan
@@ -65,6 +66,7 @@ class NightRecords:
         self.earliest_s, self.deadline_s, self.slot_s = earliest_s, deadline_s, slot_s
         self._plans: dict[tuple[str, int], RunPlan] = {}
         self._gains: dict[tuple[str, int], float | None] = {}
+        self.z = gate.Z  # read when built, so a benchmark can try another
 
     def _nominal(self, k: int) -> datetime:
         return self.epoch + timedelta(seconds=self.nominals[k])
@@ -99,4 +101,4 @@ class NightRecords:
         for label in self.candidates:
             gains = [g for j in reversed(past) if (g := self.gain(label, j)) is not None]
             records.append(ForecastRecord(label, tuple(gains)))
-        return choose_forecast(records)
+        return choose_forecast(records, z=self.z)

@@ -29,13 +29,14 @@ import math
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 import numpy as np
 
 from carbon.series import IntensitySeries
+from carbon.trace_file import MAX_GAP, series_gaps
 from scheduler.policy.cron import cron_occurrences
 from scheduler.errors import PolicyError
 from scheduler.planner.mode_figures import DECLARED
@@ -45,8 +46,9 @@ from scheduler.policy.types import PlanRule, Policy
 from scheduler.loop.gate import NightPlanner
 from simulation.sim_forecast import GridForecaster, forecast_candidates
 from simulation.sim_gate import NightRecords
-from simulation.strategies import (JobOutcome, TruthGrid, best_static, gridshift_run, oracle_run, static_run,
-                                  as_threshold_policy, threshold_run)
+from simulation.summary import summarise
+from simulation.strategies import (JobOutcome, TruthGrid, as_threshold_policy, best_static, gridshift_run, oracle_run,
+                                   pace_modes, static_run, threshold_run)
 
 __all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "nominal_starts", "simulate", "resample"]
 
@@ -80,76 +82,8 @@ class SimulationResult:
         return self.outcomes["oracle"]
 
     def summary(self) -> dict[str, Any]:
-        """The ``--json`` object (grams, joules, seconds; energy and carbon modelled)."""
-
-        def tot(jobs: list[JobOutcome], attr: str) -> float:
-            return float(sum(getattr(j, attr) for j in jobs))
-
-        base_g = tot(self.baseline, "carbon_g")
-        pct = (lambda x: 100.0 * (1.0 - x / base_g) if base_g > 0 else 0.0)
-        n = len(self.baseline)
-        oracle_saving = base_g - tot(self.oracle, "carbon_g")
-        strategies: dict[str, Any] = {}
-        for name, jobs in self.outcomes.items():
-            g = tot(jobs, "carbon_g")
-            strategies[name] = {
-                "carbon_g": g,
-                "savings_pct": pct(g),
-                "share_of_oracle_saving": (base_g - g) / oracle_saving if oracle_saving > 0 else None,
-                "energy_j": tot(jobs, "energy_j"),
-                "deadline_misses": sum(j.late for j in jobs),
-                "mean_delay_s": float(np.mean([j.start_s - j.nominal_s for j in jobs])) if n else 0.0,
-                "mean_duration_s": float(np.mean([j.end_s - j.start_s for j in jobs])) if n else 0.0,
-                "mode_share": _mode_share(jobs),
-            }
-        s = strategies
-        return {
-            "jobs": n,
-            "baseline_g": s["baseline"]["carbon_g"],
-            "gridshift_g": s["gridshift"]["carbon_g"],
-            "oracle_g": s["oracle"]["carbon_g"],
-            "savings_pct": s["gridshift"]["savings_pct"],
-            "oracle_savings_pct": s["oracle"]["savings_pct"],
-            "deadline_misses": s["gridshift"]["deadline_misses"],
-            "oracle_deadline_misses": s["oracle"]["deadline_misses"],
-            "energy_baseline_j": s["baseline"]["energy_j"],
-            "energy_gridshift_j": s["gridshift"]["energy_j"],
-            "energy_oracle_j": s["oracle"]["energy_j"],
-            "mean_delay_s": s["gridshift"]["mean_delay_s"],
-            "mean_duration_baseline_s": s["baseline"]["mean_duration_s"],
-            "mean_duration_gridshift_s": s["gridshift"]["mean_duration_s"],
-            "mode_share": s["gridshift"]["mode_share"],
-            "strategies": strategies,
-            "forecast": self.forecast,
-            "step_s": self.step_s,
-            "trace_start": self.t0.isoformat(),
-            "trace_end": (self.t0 + timedelta(seconds=self.step_s * len(self.values))).isoformat(),
-            "modelled": True,
-            "figures_measured": all(m.measured for m in self.modes),
-            "figures_kind": _figures_kind(self.modes),
-            "energy_source": "; ".join(sorted({m.source for m in self.modes})),
-            "mode_power_w": {m.name: m.power_w for m in self.modes},
-            "mode_speed": {m.name: m.speed for m in self.modes},
-            "mode_slowdown": {m.name: 1.0 / m.speed for m in self.modes},
-            "mode_source": {m.name: m.source for m in self.modes},
-            **self.extra,
-        }
-
-
-def _figures_kind(modes: Sequence[ModeFigures]) -> str:
-    """measured, declared (typed by hand, :data:`scheduler.planner.mode_figures.DECLARED`) or modelled."""
-    if all(m.measured for m in modes):
-        return "measured"
-    return DECLARED if any(m.source.startswith(DECLARED) for m in modes) else "modelled"
-
-
-def _mode_share(jobs: list[JobOutcome]) -> dict[str, float]:
-    mode_s: dict[str, float] = {}
-    for j in jobs:
-        for a, b, m in j.spans:
-            mode_s[m] = mode_s.get(m, 0.0) + (b - a)
-    total = sum(mode_s.values()) or 1.0
-    return {m: v / total for m, v in sorted(mode_s.items())}
+        """The ``--json`` object (grams, joules, seconds; energy and carbon modelled): :func:`simulation.summary.summarise`."""
+        return summarise(self)
 
 
 def resample(series: IntensitySeries, step_s: float | None = None) -> tuple[datetime, float, np.ndarray]:
@@ -197,35 +131,40 @@ class _JobContext:
     interval_s: float
     grid_s: float
     min_gain: float
-    kind: str
     records: NightRecords  # the do-no-harm gate's record of every forecast, night by night
     nominals: dict[float, int]  # night index by cron time (trace seconds)
     pace_error: float = 0.0
 
 
 def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
-    """Every wanted strategy on the occurrence nominally at ``ns`` (trace seconds)."""
+    """Every wanted strategy on the occurrence nominally at ``ns`` (trace seconds).
+
+    With ``pace_error`` every strategy's job runs that much slower than its figures: each chooses
+    on what it knows (the figures; the perfect-foresight ones, the true speeds) and runs at the
+    true speeds, so shares and misses stay comparable across strategies.
+    """
     job, truth, modes = ctx.policy.job, ctx.truth, ctx.modes
+    true = pace_modes(modes, ctx.pace_error)
     assert job.deadline_s is not None
     dl = ns + job.deadline_s
     earliest = ns + job.earliest_start_s
     work = job.expected_duration_s
     clean = [m.name for m in modes].index(ctx.policy.rules.clean_mode)
-    out: dict[str, JobOutcome] = {"baseline": static_run(truth, modes, clean, ns, work, ns, dl)}
-    if "static_efficiency" in ctx.wanted:
+    out: dict[str, JobOutcome] = {"baseline": static_run(truth, true, clean, ns, work, ns, dl)}
+    if "static_efficiency" in ctx.wanted:  # (always: the summary's two shares need it)
         fits = [k for k, m in enumerate(modes) if ns + work / m.speed <= dl + 1e-6] or [clean]
         frugal = min(fits, key=lambda k: modes[k].joules_per_work_s)
-        out["static_efficiency"] = static_run(truth, modes, frugal, ns, work, ns, dl)
-    best = best_static(truth, modes, earliest, dl, work, ctx.grid_s, ns)
+        out["static_efficiency"] = static_run(truth, true, frugal, ns, work, ns, dl)
+    best = best_static(truth, true, earliest, dl, work, ctx.grid_s, ns)
     if "best_static" in ctx.wanted:
         out["best_static"] = best
     if "threshold" in ctx.wanted:
         out["threshold"] = threshold_run(ctx.threshold_spec, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
-                                      min_gain=ctx.min_gain, kind=ctx.kind)
+                                         min_gain=ctx.min_gain, pace_error=ctx.pace_error)
     out["gridshift"] = _gridshift(ctx, ns)
     # the DP's work quantum may cost it up to max_rounding against a schedule counted exactly; the
     # best single-mode schedule is in its search space, so the oracle is the better of the two
-    dp = oracle_run(ctx.policy, truth, ctx.t0, modes, nominal_s=ns, grid_s=ctx.grid_s, objective=ctx.objective)
+    dp = oracle_run(ctx.policy, truth, ctx.t0, true, nominal_s=ns, grid_s=ctx.grid_s, objective=ctx.objective)
     out["oracle"] = dp if _cost(dp, ctx.objective) <= _cost(best, ctx.objective) else best
     return out
 
@@ -243,8 +182,9 @@ def _gridshift(ctx: _JobContext, ns: float) -> JobOutcome:
     else:
         start = max((records.start_plan(choice.label, k).start - ctx.t0).total_seconds(), earliest)
         read = records.reader(choice.label, k)
-    return gridshift_run(ctx.spec, ctx.truth, ctx.modes, read, nominal_s=ns, start_s=start, choice=choice,
-                         pace_error=ctx.pace_error)
+    outcome = gridshift_run(ctx.spec, ctx.truth, ctx.modes, read, nominal_s=ns, start_s=start, choice=choice,
+                            pace_error=ctx.pace_error)
+    return replace(outcome, planned_on=choice.label or "")
 
 
 #: the context forked workers inherit (set just before the pool forks), so it is not pickled to each
@@ -305,8 +245,8 @@ def simulate(
 
     ``workers``: processes to spread the jobs over (default: one per core; 1 runs in this process).
     The result does not depend on it: every forecaster answers from the trace and the decision time alone.
-    ``pace_error``: the planner's job runs this much slower (relative) than its figures in every mode
-    (a check of the deadline margin; the other strategies run at the figures).
+    ``pace_error``: every strategy's job runs this much slower (relative) than its figures in every
+    mode (a check of the deadline margin that keeps the shares comparable: see :func:`_simulate_job`).
     """
     job = policy.job
     if job.cron is None:
@@ -321,12 +261,15 @@ def simulate(
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise PolicyError(f"unknown strategy {unknown[0]!r} (strategies: {', '.join(STRATEGIES)})")
-    wanted = [s for s in STRATEGIES if s in strategies or s in ("baseline", "gridshift", "oracle")]
+    # static efficiency splits every saving into its mode part and its timing part: always run
+    wanted = [s for s in STRATEGIES if s in strategies or s in ("baseline", "static_efficiency", "gridshift", "oracle")]
     t0, step, values = resample(trace)
     truth = TruthGrid(values, step, 0.0, epoch=t0)
     end = t0 + timedelta(seconds=step * len(values))
     nominals = nominal_starts(job.cron, t0, end, tz=job.timezone, earliest_start_s=job.earliest_start_s,
                               deadline_s=job.deadline_s)
+    gaps = series_gaps(trace)
+    nominals, skipped = _outside_gaps(nominals, gaps, earliest_s=job.earliest_start_s, deadline_s=job.deadline_s)
     rule = policy.rules
     # a threshold policy is planned with its own dwell and interval, on slots of the trace's resolution
     plan_rule = rule if isinstance(rule, PlanRule) else PlanRule(clean_mode=rule.clean_mode, dirty_mode=rule.dirty_mode,
@@ -342,7 +285,7 @@ def simulate(
                            earliest_s=job.earliest_start_s, deadline_s=job.deadline_s, slot_s=constraints.slot_s)
     ctx = _JobContext(policy=policy, spec=spec, threshold_spec=resolve_run(threshold_policy), truth=truth, t0=t0,
                       modes=tuple(modes), forecaster=forecaster, wanted=tuple(wanted), objective=objective, constraints=constraints,
-                      interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain, kind=trace.kind,
+                      interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain,
                       records=records, nominals={ns: k for k, ns in enumerate(offsets)}, pace_error=pace_error)
     out: dict[str, list[JobOutcome]] = {s: [] for s in wanted}
     for per_job in _map_jobs(ctx, offsets, workers):
@@ -351,6 +294,20 @@ def simulate(
     margin = {"margin_s": constraints.deadline_margin_s,
               "kept_as": "pace reserve" if constraints.pace_tolerance > 0 else "time before the deadline",
               "pace_tolerance": constraints.pace_tolerance, "pace_error": pace_error}
+    longest = max(((b - a).total_seconds() for a, b in gaps), default=0.0)
     return SimulationResult(t0=t0, step_s=step, values=values, outcomes=out, modes=tuple(modes),
                             forecast=forecast_label, clean_mode=policy.rules.clean_mode,
-                            extra={"deadline_margin": margin})
+                            extra={"deadline_margin": margin,
+                                   "trace_gaps": {"gaps": len(gaps), "longest_gap_h": longest / 3600.0,
+                                                  "max_gap_h": MAX_GAP.total_seconds() / 3600.0,
+                                                  "nights_skipped": skipped}})
+
+
+def _outside_gaps(nominals: list[datetime], gaps: Sequence[tuple[datetime, datetime]], *, earliest_s: float,
+                  deadline_s: float) -> tuple[list[datetime], int]:
+    """The nights whose window (earliest start to deadline) touches no gap, and how many were skipped."""
+    if not gaps:
+        return nominals, 0
+    keep = [n for n in nominals
+            if not any(a < n + timedelta(seconds=deadline_s) and b > n + timedelta(seconds=earliest_s) for a, b in gaps)]
+    return keep, len(nominals) - len(keep)

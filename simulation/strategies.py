@@ -28,8 +28,8 @@ from simulation.sim_forecast import GridForecaster
 from simulation.sim_gate import grid_reader
 from simulation.trace_run import TraceDriver, run_job_on_trace
 
-__all__ = ["JobOutcome", "TruthGrid", "best_static", "gridshift_run", "oracle_run", "static_run", "as_threshold_policy",
-           "threshold_run"]
+__all__ = ["JobOutcome", "TruthGrid", "as_threshold_policy", "best_static", "gridshift_run", "oracle_run", "pace_modes",
+           "static_run", "threshold_run"]
 
 _J_PER_KWH = 3.6e6
 
@@ -45,6 +45,7 @@ class JobOutcome:
     carbon_g: float
     energy_j: float
     spans: tuple[tuple[float, float, str], ...]  # (start_s, end_s, mode) in trace seconds
+    planned_on: str = ""  # gridshift: the forecast the do-no-harm gate let it plan on ("" : none, the static plan)
 
     @property
     def late(self) -> bool:
@@ -128,13 +129,13 @@ def as_threshold_policy(policy: Policy) -> Policy:
     return policy.model_copy(update={"rules": relative})
 
 
-def _pace(modes: Sequence[ModeFigures], pace_error: float) -> tuple[ModeFigures, ...]:
+def pace_modes(modes: Sequence[ModeFigures], pace_error: float) -> tuple[ModeFigures, ...]:
     """The modes as the job really runs them: ``1 + pace_error`` times slower than their figures."""
     return tuple(replace(m, speed=m.speed / (1.0 + pace_error)) for m in modes) if pace_error else tuple(modes)
 
 
 def threshold_run(spec: RunSpec, truth: TruthGrid, t0: datetime, modes: Sequence[ModeFigures], forecaster: GridForecaster,
-                  *, nominal_s: float, min_gain: float, kind: str, pace_error: float = 0.0) -> JobOutcome:
+                  *, nominal_s: float, min_gain: float, pace_error: float = 0.0) -> JobOutcome:
     """The old rule: best_start_over_modes on the forecast at the earliest start, then the threshold
     decider (:class:`scheduler.planner.deciders.ThresholdDecider`) every interval, in the run loop.
 
@@ -164,7 +165,7 @@ def threshold_run(spec: RunSpec, truth: TruthGrid, t0: datetime, modes: Sequence
     decider = ThresholdDecider(rule, spec.modes, expected_s=work_s, interval_s=rule.interval_s,
                                deadline=t0 + timedelta(seconds=deadline_s), slowdown=slowdown,
                                guard=t0 + timedelta(seconds=deadline_s - min(rule.interval_s, 0.05 * work_s)))
-    driver = TraceDriver(truth, _pace(modes, pace_error), work_s=work_s, read=read, reports_progress=False)
+    driver = TraceDriver(truth, pace_modes(modes, pace_error), work_s=work_s, read=read, reports_progress=False)
     run_job_on_trace(driver, lambda done, windows: decider, start_s=origin_s + plan.start_s, interval_s=rule.interval_s,
                      pausable=False, choice=ForecastChoice(), clean_mode=clean, give_up_s=deadline_s + 7 * 86400)
     return outcome_of(nominal_s, deadline_s, driver.spans, driver.carbon_g, driver.energy_j, modes)
@@ -187,7 +188,7 @@ def gridshift_run(spec: RunSpec, truth: TruthGrid, modes: Sequence[ModeFigures],
     deadline_s = nominal_s + job.deadline_s
     pausable = job.checkpointable
     deadline = truth.epoch + timedelta(seconds=deadline_s) if truth.epoch is not None else None
-    driver = TraceDriver(truth, _pace(modes, pace_error), work_s=job.expected_duration_s, read=read,
+    driver = TraceDriver(truth, pace_modes(modes, pace_error), work_s=job.expected_duration_s, read=read,
                          reports_progress=True, resume_overhead_s=job.resume_overhead_s if pausable else 0.0)
 
     def decider(done_s: float, windows: int):  # type: ignore[no-untyped-def]
