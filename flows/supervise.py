@@ -41,6 +41,7 @@ from flows.job.progress import progress_file_reader
 from plans.profile_store import PowerProfile
 from scheduler.loop.gate import ForecastChoice
 from scheduler.loop.loop import STOPPED_EXIT_CODES, SignalReading, run_loop
+from flows.sources import signal_reading
 from scheduler.settings.clock_plans import ModePlan
 from scheduler.planner.deciders import make_decider
 from scheduler.planner.thresholds import Decision
@@ -51,7 +52,7 @@ from scheduler.report import ModeSpan, RunWindow
 from scheduler.run_spec import RunSpec, resolve_run
 
 __all__ = ["PROGRESS_ENV", "RESUME_ENV", "STOPPED_EXIT_CODES", "SupervisedRun", "progress_file_reader", "run_job",
-           "signal_reading", "supervise"]
+           "supervise"]
 
 #: the job may write its fraction done (0-1) to the file this variable names; re-planning uses it
 PROGRESS_ENV = "GRIDSHIFT_PROGRESS_FILE"
@@ -182,12 +183,6 @@ def run_job(
 def supervise(*, policy: Policy, **kwargs: Any) -> SupervisedRun:
     """:func:`run_job` for a caller holding a policy rather than a run specification (tests, scripts)."""
     return run_job(spec=resolve_run(policy), **kwargs)
-
-
-def signal_reading(reading: Reading) -> SignalReading:
-    """A monitor reading as the loop's signal: its forecast, its value now, and the other forecasts it kept."""
-    return SignalReading(signal=reading.series, value_now=reading.current.g_per_kwh, label=reading.forecast_by,
-                         alternatives=dict(reading.alternatives))
 
 
 class _JobDriver:
