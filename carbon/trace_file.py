@@ -72,24 +72,26 @@ class TraceColumns:
     value: str
 
 
-def _parse_time(text: str) -> datetime | None:
+def _parse_stamp(text: str) -> tuple[datetime, timedelta | None] | None:
+    """A timestamp in UTC, and the UTC offset it was written with (None: naive, read as UTC)."""
     text = text.strip()
     if not text:
         return None
     try:
-        return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return as_utc(moment), moment.utcoffset()
 
 
-def _offset(text: str) -> str:
-    """The UTC offset a timestamp was written with ("naive" for none)."""
-    try:
-        off = datetime.fromisoformat(text.strip().replace("Z", "+00:00")).utcoffset()
-    except ValueError:
-        return "naive"
+def _parse_time(text: str) -> datetime | None:
+    stamp = _parse_stamp(text)
+    return stamp[0] if stamp is not None else None
+
+
+def _offset_text(off: timedelta | None) -> str:
     if off is None:
-        return "naive"
+        return "naive (UTC)"
     minutes = int(off.total_seconds() // 60)
     return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
@@ -151,20 +153,21 @@ def parse_trace_text(
     cols = _choose_columns(header, body[0][1], column, where)
     ti, vi = header.index(cols.time), header.index(cols.value)
     unique: dict[datetime, tuple[float, int]] = {}  # time -> (value, line); later rows correct earlier ones
-    first_offset: tuple[str, int] | None = None
+    first_offset: tuple[timedelta | None, int] | None = None
     last: tuple[datetime, int] | None = None
     for line, row in body:
         if len(row) <= max(ti, vi):
             raise BadTrace(f"{where}:{line}: expected {len(header)} columns, got {len(row)}")
-        t = _parse_time(row[ti])
-        if t is None:
+        stamp = _parse_stamp(row[ti])
+        if stamp is None:
             raise BadTrace(f"{where}:{line}: cannot parse timestamp {row[ti]!r}")
-        offset = _offset(row[ti])
+        t, offset = stamp
         if first_offset is None:
             first_offset = (offset, line)
         elif offset != first_offset[0]:
-            check.warn("with another UTC offset", f"{where}:{line}: UTC offset {offset} differs from line "
-                                                  f"{first_offset[1]}'s {first_offset[0]} (read as the UTC time it names)")
+            check.warn("with another UTC offset",
+                       f"{where}:{line}: UTC offset {_offset_text(offset)} differs from line {first_offset[1]}'s "
+                       f"{_offset_text(first_offset[0])} (read as the UTC time it names)")
         if last is not None and t < last[0]:
             check.warn("out of order", f"{where}:{line}: {t:%Y-%m-%d %H:%M} UTC is earlier than line {last[1]}'s "
                                        f"{last[0]:%Y-%m-%d %H:%M} UTC: rows out of order (read in time order)")

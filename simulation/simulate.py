@@ -43,7 +43,7 @@ from scheduler.planner.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints
 from scheduler.run_spec import RunSpec, resolve_run
 from scheduler.policy.types import PlanRule, Policy
-from scheduler.loop.gate import NightPlanner
+from scheduler.loop.gate import ForecastChoice, NightPlanner
 from simulation.sim_forecast import GridForecaster, forecast_candidates
 from simulation.sim_gate import NightRecords
 from simulation.summary import summarise
@@ -174,7 +174,10 @@ def _gridshift(ctx: _JobContext, ns: float) -> JobOutcome:
     job = ctx.policy.job
     k = ctx.nominals[ns]
     records = ctx.records
-    choice = records.choice(k)
+    if getattr(ctx.spec.rules, "forecast_gate", True):
+        choice = records.choice(k)
+    else:  # rules.forecast_gate: false: the forecast from the first night
+        choice = ForecastChoice(next(iter(records.candidates)), "rules.forecast_gate is off")
     earliest = ns + job.earliest_start_s
     reference = max(ns, earliest)
     if choice.static or choice.label is None:
