@@ -5,7 +5,8 @@ Run from the repository root (needs ``../shared/data``):
     nice .venv/bin/python benchmarks/gate_threshold.py [--policies nightly] [--traces de,gb,erco,isne,pjm]
         [--z 0,0.5,1,1.5,2,3] [--choose-on first|second]
 
-For every shared trace and forecaster (as ``benchmarks/do_no_harm.py``), each night is simulated
+For every shared trace and forecaster (as ``benchmarks/do_no_harm.py``) and both mode-figure sets (the measured V100
+profile, the simulated backend's H200 model: ``simulate``'s default), each night is simulated
 once under every forecast the gate may pick and once under none (the static plan), and each
 forecast's record (its gain over the static plan, night by night) is kept. Any gate constant then
 replays in no time: night by night it picks what the gate would have picked on the record before
@@ -14,7 +15,7 @@ nights, the worst month and worst whole-half ratio to static efficiency over all
 forecasters, and the timing gain kept (kg, and as a share of the gain with every forecast trusted).
 The constant is the one that keeps every month within x1.005 and every half within x1.001 on the
 ``--choose-on`` half with the most timing gain; the other half confirms it. Intensities measured;
-energy and carbon modelled from the measured V100 profile.
+energy and carbon modelled.
 """
 
 from __future__ import annotations
@@ -101,20 +102,25 @@ def main() -> None:
     ap.add_argument("--forecasters", default="history,noisy10,noisy30,issued,fused,issued_moved,fused_moved")
     ap.add_argument("--z", default="0,0.5,1,1.5,2,3")
     ap.add_argument("--choose-on", default="first", choices=("first", "second"))
+    ap.add_argument("--profiles", default="v100,model", help="v100 (the measured Zeus profile), model (the simulated backend's)")
     args = ap.parse_args()
 
     import do_no_harm as d
+    from backends.simulated import SimulatedBackend
     from carbon.trace_file import read_trace
     from scheduler.planner.mode_figures import figures_for_policy
     from scheduler.policy.loader import load_policy
 
     zs = [float(x) for x in args.z.split(",")]
     cases = []
-    for pname in args.policies.split(","):
+    for pname, prof in [(p, f) for p in args.policies.split(",") for f in args.profiles.split(",")]:
         ppath = REPO / "examples" / f"{pname}.yaml"
         policy = load_policy(ppath)
-        modes = figures_for_policy(policy, profile=d.SHARED / "zeus" / "profiles" / "V100+resnet50+gpu0.csv",
-                                   policy_path=ppath)
+        if prof == "v100":
+            modes = figures_for_policy(policy, profile=d.SHARED / "zeus" / "profiles" / "V100+resnet50+gpu0.csv",
+                                       policy_path=ppath)
+        else:
+            modes = figures_for_policy(policy, backend=SimulatedBackend(), policy_path=ppath)
         for tname in args.traces.split(","):
             trel, arel = d.TRACES[tname]
             series = read_trace(d.SHARED / "carbon" / trel)
@@ -123,7 +129,7 @@ def main() -> None:
                 if f is None:
                     continue
                 case = _nightly_outcomes(policy, series, modes, f)
-                case["name"] = f"{tname}/{pname}/{fname}"
+                case["name"] = f"{tname}/{pname}/{prof}/{fname}"
                 cases.append(case)
                 print(f"simulated {case['name']} ({len(case['static'])} nights)", flush=True)
     print(f"\n{'z':>5} {'half':<7} {'worst month':>22} {'worst half':>22} {'timing kg':>9} {'of trusted':>10}  verdict")
