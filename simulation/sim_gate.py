@@ -76,6 +76,16 @@ class NightRecords:
         steps = StepsAhead(self.nominals[k] + self.deadline_s, self.slot_s, self.truth.step_s)
         return grid_reader(self.candidates[label], self.truth, label, steps)
 
+    def observed_reader(self) -> Callable[[float], SignalReading]:
+        """What a night on the static plan reads: the value now, and no forecast (its plans are on a flat signal)."""
+        values, step, epoch, last = self.truth.values, self.truth.step_s, self.epoch, len(self.truth.values) - 1
+
+        def read(s: float) -> SignalReading:
+            i = min(int(s // step), last)
+            return SignalReading(GridSignal(values[i:i + 1], step, i * step, epoch=epoch), float(values[i]), label="")
+
+        return read
+
     def start_plan(self, label: str, k: int) -> RunPlan:
         """The planning run's plan for night ``k`` on forecast ``label``, made at the night's earliest start."""
         key = (label, k)

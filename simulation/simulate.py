@@ -181,8 +181,8 @@ def _gridshift(ctx: _JobContext, ns: float) -> JobOutcome:
         choice = ForecastChoice(next(iter(records.candidates)), "rules.forecast_gate is off")
     earliest = ns + job.earliest_start_s
     reference = max(ns, earliest)
-    if choice.static or choice.label is None:
-        start, read = reference, records.reader(next(iter(records.candidates)), k)
+    if choice.label is None:  # the static plan: the cron start, modes on a flat signal (no forecast read)
+        start, read = reference, records.observed_reader()
     else:
         start = max((records.start_plan(choice.label, k).start - ctx.t0).total_seconds(), earliest)
         read = records.reader(choice.label, k)

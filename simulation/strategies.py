@@ -19,7 +19,7 @@ import numpy as np
 from scheduler.loop.gate import ForecastChoice
 from scheduler.loop.loop import SignalReading
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, plan_slots
-from scheduler.planner.deciders import ThresholdDecider, make_decider
+from scheduler.planner.deciders import Decider, ThresholdDecider, make_decider
 from scheduler.planner.grid import GridSignal
 from scheduler.planner.shifting import best_start_over_modes
 from scheduler.policy.types import AbsoluteRule, PlanRule, Policy, RelativeRule
@@ -191,7 +191,7 @@ def gridshift_run(spec: RunSpec, truth: TruthGrid, modes: Sequence[ModeFigures],
     driver = TraceDriver(truth, pace_modes(modes, pace_error), work_s=job.expected_duration_s, read=read,
                          reports_progress=True, resume_overhead_s=job.resume_overhead_s if pausable else 0.0)
 
-    def decider(done_s: float, windows: int):  # type: ignore[no-untyped-def]
+    def decider(done_s: float, windows: int) -> Decider:  # each run (window) of the job decides anew, as a flow run does
         return make_decider(spec, modes, deadline=deadline, pausable=pausable, done_s=done_s, explain=False)
 
     run_job_on_trace(driver, decider, start_s=start_s, interval_s=spec.interval_s, pausable=pausable, choice=choice,
