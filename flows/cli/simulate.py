@@ -88,7 +88,7 @@ def simulate(
     forecast_file: Annotated[Optional[Path], typer.Option("--forecast-file", help="Forecasts as issued: CSV of issued_at, valid_for, value; each decision sees the newest issued before it.")] = None,
     forecast_column: Annotated[Optional[str], typer.Option("--forecast-column", help="Value column of --forecast-file when it has several.")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="Processes to spread the jobs over (default: one per core); the result is the same.")] = None,
-    pace_error: Annotated[float, typer.Option(min=0.0, max=1.0, help="The planned job runs this much slower than its figures (e.g. 0.083); its plans use the pace seen after one interval. A check of the deadline margin.")] = 0.0,
+    pace_error: Annotated[float, typer.Option(min=0.0, max=1.0, help="Every strategy's job runs this much slower than its figures (e.g. 0.03), so the shares stay comparable; gridshift's plans use the pace seen after one interval. A check of the deadline margin.")] = 0.0,
 ) -> None:
     """Replay the policy's recurring job over a real trace: strategies side by side, up to the exact oracle."""
     if site:
