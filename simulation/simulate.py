@@ -53,7 +53,6 @@ from simulation.strategies import (JobOutcome, TruthGrid, as_threshold_policy, b
 __all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "nominal_starts", "simulate", "resample"]
 
 _MIN_JOBS_PER_WORKER = 16  # below this a worker costs more to start than it saves
-_MIN_NIGHTS_PER_BLOCK = 30  # a block replays the gate's record of the 28 nights before it: keep that a small share
 STRATEGIES = ("baseline", "static_efficiency", "best_static", "threshold", "gridshift", "oracle")
 
 
@@ -212,11 +211,11 @@ def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None) -> li
     n = min(n, len(offsets) // _MIN_JOBS_PER_WORKER)
     if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return _simulate_chunk(offsets, ctx)
-    # contiguous blocks, a few per worker and handed out as workers free up (seasons differ in cost):
-    # a night's gate reads the nights before it, so a block replays only its first nights' record anew
-    blocks = max(n, min(4 * n, len(offsets) // _MIN_NIGHTS_PER_BLOCK))
-    size = -(-len(offsets) // blocks)
-    chunks = [offsets[k * size:(k + 1) * size] for k in range(blocks)]
+    # one contiguous block per worker: a night's gate reads the record of the nights before it, which
+    # a block must replay anew at its start (28 start plans of the 12 h job cost ~1 s; eight blocks
+    # cost 6 % more CPU than two for the 12 h year, measured)
+    size = -(-len(offsets) // n)
+    chunks = [offsets[k * size:(k + 1) * size] for k in range(n)]
     _FORKED = ctx
     try:
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
