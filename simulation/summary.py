@@ -50,6 +50,12 @@ def summarise(result: "SimulationResult") -> dict[str, Any]:
             "mean_duration_s": float(np.mean([j.end_s - j.start_s for j in jobs])) if n else 0.0,
             "mode_share": _mode_share(jobs),
         }
+    # a share needs its references on time: a late static efficiency (a job slower than its figures,
+    # --pace-error) saves grams by missing its deadline, and no share against it compares
+    late = [name for name in ("baseline", "static_efficiency", "oracle") if strategies[name]["deadline_misses"]]
+    if late:
+        for st in strategies.values():
+            st["share_of_oracle_saving"] = st["timing_share"] = None
     gs = strategies["gridshift"]
     shares = {  # gridshift's saving in two parts (see docs/scheduling.md, "Two shares")
         "mode": {"saving_g": base_g - static_g,
@@ -60,6 +66,10 @@ def summarise(result: "SimulationResult") -> dict[str, Any]:
                    "what": "(static efficiency - gridshift) / (static efficiency - oracle): what the forecasts "
                            "and the orchestration add"},
     }
+    if late:
+        shares["mode"]["share"] = None
+        shares["why_no_shares"] = (f"{', '.join(late)} missed deadlines (the job runs slower than its figures): no share "
+                                   "against a late reference compares")
     s = strategies
     return {
         "jobs": n,
@@ -79,6 +89,7 @@ def summarise(result: "SimulationResult") -> dict[str, Any]:
         "mode_share": s["gridshift"]["mode_share"],
         "shares": shares,
         "gate": _gate_summary(result.outcomes["gridshift"]),
+        "reserve": _reserve_used(result),
         "strategies": strategies,
         "forecast": result.forecast,
         "step_s": result.step_s,
@@ -94,6 +105,14 @@ def summarise(result: "SimulationResult") -> dict[str, Any]:
         "mode_source": {m.name: m.source for m in result.modes},
         **result.extra,
     }
+
+
+def _reserve_used(result: "SimulationResult") -> dict[str, Any]:
+    """How far into its deadline margin gridshift's job ran (s; the margin is a pace reserve or idle time)."""
+    margin = float((result.extra.get("deadline_margin") or {}).get("margin_s", 0.0))
+    used = [max(j.end_s - (j.deadline_s - margin), 0.0) for j in result.outcomes["gridshift"]]
+    return {"margin_s": margin, "nights_into_margin": sum(1 for u in used if u > 1e-6),
+            "max_used_s": max(used, default=0.0), "mean_used_s": float(np.mean(used)) if used else 0.0}
 
 
 def _gate_summary(jobs: list[JobOutcome]) -> dict[str, Any]:

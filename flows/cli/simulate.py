@@ -44,6 +44,12 @@ def _human(s: dict[str, Any], trace: str) -> str:
                      f"{'-' if timing is None or name in ('baseline', 'static_efficiency') else f'{timing:.0%}':>7} "
                      f"{figure(st['energy_j'], e_scale):>10} {st['deadline_misses']:>6}")
     mode, timing = s["shares"]["mode"], s["shares"]["timing"]
+    if s["shares"].get("why_no_shares"):
+        lines.append(f"  no shares: {s['shares']['why_no_shares']}")
+    reserve = s.get("reserve") or {}
+    if reserve.get("nights_into_margin"):
+        lines.append(f"  gridshift ran into its {reserve['margin_s'] / 60:.0f} min deadline margin on {reserve['nights_into_margin']} "
+                     f"night(s), at most {reserve['max_used_s'] / 60:.1f} min of it")
     lines.append(f"  gridshift's saving, {figure(mode['saving_g'] + timing['saving_g'], g_scale)} {g_unit}: the mode part "
                  f"{figure(mode['saving_g'], g_scale)} {g_unit} (the frugal mode at the cron time, no carbon data"
                  + ("" if mode["share"] is None else f": {mode['share']:.0%} of the oracle's saving")

@@ -122,3 +122,15 @@ def test_pace_error_slows_every_strategy_alike_so_the_shares_stay_comparable(nig
     assert slow["deadline_misses"] == 0
     for part in ("mode", "timing"):
         assert slow["shares"][part]["share"] == pytest.approx(at0["shares"][part]["share"], abs=0.1)
+
+
+def test_no_shares_against_a_reference_that_misses_its_deadline(nightly) -> None:
+    # the job's whole window is its frugal run at the cron time: 3 % slower, static efficiency is late
+    job = nightly.job.model_copy(update={"earliest_start_s": 0.0, "deadline_s": 10800 * 1.2 + 60})
+    policy = nightly.model_copy(update={"job": job})
+    s = simulate(policy, _synthetic(12), MODEL, PerfectForecaster(), pace_error=0.03).summary()
+    assert s["strategies"]["static_efficiency"]["deadline_misses"] > 0
+    assert s["shares"]["timing"]["share"] is None and s["shares"]["mode"]["share"] is None
+    assert "static_efficiency missed deadlines" in s["shares"]["why_no_shares"]
+    assert all(st["share_of_oracle_saving"] is None for st in s["strategies"].values())
+    assert {"margin_s", "nights_into_margin", "max_used_s"} <= s["reserve"].keys()
