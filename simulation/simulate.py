@@ -39,7 +39,6 @@ from carbon.series import IntensitySeries
 from carbon.trace_file import MAX_GAP, series_gaps
 from scheduler.policy.cron import cron_occurrences
 from scheduler.errors import PolicyError
-from scheduler.planner.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints
 from scheduler.run_spec import RunSpec, resolve_run
 from scheduler.policy.types import PlanRule, Policy
