@@ -32,7 +32,7 @@ A rested source is tried again by itself, so the monitor recovers without help.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
@@ -129,6 +129,9 @@ class Reading:
     fetched_at: datetime | None = None
     forecast_by: str = ""
     notes: tuple[str, ...] = ()
+    #: the forecasts a fused one was made of, by label (the provider's, ``forecast:daily_profile``),
+    #: on a live read only: the do-no-harm gate may plan on one of them instead
+    alternatives: Mapping[str, IntensitySeries] = field(default_factory=dict)
 
     @property
     def degraded(self) -> bool:
@@ -178,6 +181,7 @@ class CarbonMonitor:
     _rest: dict[str, _Rest] = field(default_factory=dict, init=False, repr=False)
     _no_forecast: dict[str, tuple[datetime, CarbonError]] = field(default_factory=dict, init=False, repr=False)
     _cache: SignalCache = field(init=False, repr=False)
+    _inputs: dict[str, IntensitySeries] = field(default_factory=dict, init=False, repr=False)  # the last fusion's inputs
     # the poller's thread and a run's control loop may read at the same time
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -253,10 +257,12 @@ class CarbonMonitor:
         """
         assert self.archive is not None
         self.archive.observe(zone=zone, points=observed)
+        self._inputs = {}
         inputs: list[str] = []
         if forecast_by == "provider" and forecast:
             self.archive.record(provider=label, zone=zone, issued_at=now, points=forecast)
             inputs.append(label)
+            self._inputs[label] = IntensitySeries.of((current, *forecast), zone=zone)
         history: tuple[IntensityPoint, ...] | IntensitySeries
         if forecast_by == _HISTORY:  # the built-in forecaster made it already, from the same history and horizon
             history = forecast
@@ -268,6 +274,7 @@ class CarbonMonitor:
         if len(history):
             self.archive.record(provider=_HISTORY, zone=zone, issued_at=now, points=history)
             inputs.append(_HISTORY)
+            self._inputs[_HISTORY] = IntensitySeries.of((current, *history), zone=zone)
         if not inputs:
             return forecast, forecast_by, "no forecast to fuse"
         origin = now.replace(minute=0, second=0, microsecond=0)
@@ -336,7 +343,10 @@ class CarbonMonitor:
                     self._rest_after(spec.label, now, exc)
                 else:
                     self._rest.pop(spec.label, None)
-                    return self._reading(entry, now, served_from="live", stale=False, failures=failures, notes=notes)
+                    reading = self._reading(entry, now, served_from="live", stale=False, failures=failures, notes=notes)
+                    if entry.forecast_by == _FUSED and self._inputs:
+                        reading = replace(reading, alternatives=dict(self._inputs))
+                    return reading
             if cached is not None:
                 too_old = self._stale_reason(cached, now)
                 if too_old is None:

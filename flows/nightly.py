@@ -24,7 +24,7 @@ report artifact are in the run the user triggered.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -195,61 +195,36 @@ def _hand_on_gpus(node: Any, finished_run_id: str) -> None:
         logger.info(moved.sentence(node.name))
 
 
-def _fused_record(monitor: Any, policy: Any, *, zone: str, nominal: datetime, now: datetime) -> Any:
-    """The archived fused forecast's record on this job's start decision (hourly), or None without an archive."""
-    import math
-
-    from carbon.forecasts.scorecard import scorecard
-    from carbon.forecasts.skill import StartWindow
-
-    job = policy.job
-    if monitor.archive is None or job.deadline_s is None:
-        return None
-    earliest = nominal + timedelta(seconds=job.earliest_start_s)
-    latest_h = int((job.deadline_s - job.expected_duration_s - job.earliest_start_s) // 3600)
-    window = StartWindow(reference=int(round(-job.earliest_start_s / 3600)), starts=tuple(range(max(latest_h, 0) + 1)),
-                         length=max(math.ceil(job.expected_duration_s / 3600), 1))
-    return scorecard(monitor.archive, provider="forecast:fused", zone=zone, now=now, origin_hour=earliest.hour,
-                     window=window)
-
-
-def _record_sentence(notes: tuple[str, ...], record: Any) -> str:
-    used = next((n for n in notes if n.startswith("forecast:fused")), "forecast:fused forecast")
-    if record.start_gain_share is None:
-        return f"{used}; no night of its record scored yet"
-    rho = "" if record.rank_correlation is None else f", night-hour rank correlation {record.rank_correlation:.2f}"
-    return (f"{used}; over the last {record.nights} nights it captured {record.start_gain_share:.0%} of the "
-            f"perfect-foresight start gain{rho}")
-
-
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
-    from flows.sources import monitor_for
-    from scheduler.planner.inputs import gate_start, occurrence_for, plan_start, run_key
+    from flows.sources import forecast_choice, monitor_for, signal_reading
+    from scheduler.loop.loop import pick_signal
+    from scheduler.planner.inputs import occurrence_for, plan_start, policy_figures, run_key
     from scheduler.policy.loader import load_policy
+    from scheduler.run_spec import resolve_run
 
     logger = get_run_logger()
     policy = load_policy(policy_path)
     now = datetime.now(timezone.utc)
     nominal = occurrence_for(policy.job, _scheduled_time(now))
     monitor = monitor_for(policy)
+    figures = policy_figures(policy)
     try:
         reading = monitor.read(now)
-        record = _fused_record(monitor, policy, zone=reading.series.zone, nominal=nominal, now=now)
+        choice = forecast_choice(monitor, resolve_run(policy), figures, reading, nominal=nominal, now=now)
     finally:
         monitor.close()
-    decision = plan_start(policy, reading.series, nominal=nominal, now=now)
-    if record is not None:
-        decision = gate_start(decision, share=record.start_gain_share, nights=record.nights, nominal=nominal, now=now,
-                              clean_mode=policy.rules.clean_mode)
+    signal = pick_signal(signal_reading(reading), choice, now)
+    decision = plan_start(policy, signal, nominal=nominal, now=now, figures=figures,
+                          static=choice.reason if choice.static else None)
     logger.info("plan for %s: start %s UTC — %s", nominal.isoformat(), f"{decision.start_at:%Y-%m-%d %H:%M}",
                 decision.reason)
     name = _deployment_name()
     out: dict[str, Any] = {"nominal_start": nominal.isoformat(), "planned_start": decision.start_at.isoformat(),
                            "reason": decision.reason}
-    if record is not None:  # the forecast this plan stood on, and its record, in one sentence
-        out["forecast"] = _record_sentence(reading.notes, record)
-        logger.info("forecast: %s", out["forecast"])
+    if choice.reason:  # the forecast this plan stood on (the do-no-harm gate's choice), in one sentence
+        out["forecast"] = choice.reason
+        logger.info("forecast: %s", choice.reason)
     if name is None or (decision.start_at - now).total_seconds() <= _DEFER_MIN_S:
         return out
     from prefect.deployments import run_deployment

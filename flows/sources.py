@@ -1,19 +1,24 @@
-"""Build the carbon failover chain from a policy (the composition root for carbon providers)."""
+"""Build the carbon failover chain from a policy (the composition root for carbon providers), and the gate on its forecast."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from carbon.forecasts.archive import ForecastArchive
-from carbon.monitor import CarbonMonitor, SourceSpec
+from carbon.monitor import CarbonMonitor, Reading, SourceSpec
 from carbon.providers import get_provider
 from carbon.providers.base import Provider
+from scheduler.loop.archive_record import archive_records
+from scheduler.loop.gate import ForecastChoice, NightPlanner, choose_forecast
+from scheduler.loop.loop import SignalReading
+from scheduler.planner import ModeFigures
+from scheduler.run_spec import RunSpec
 from scheduler.store.ledger import gridshift_home
 from scheduler.policy.types import CarbonConfig, CarbonSource, Policy
 
-__all__ = ["carbon_cache_dir", "forecast_archive_path", "monitor_for", "provider_for"]
+__all__ = ["carbon_cache_dir", "forecast_archive_path", "forecast_choice", "monitor_for", "provider_for", "signal_reading"]
 
 
 def provider_for(source: CarbonSource) -> Provider:
@@ -52,3 +57,31 @@ def monitor_for(source: Policy | CarbonConfig) -> CarbonMonitor:
     return CarbonMonitor(specs, forecast_horizon=timedelta(seconds=carbon.forecast_horizon_s),
                          max_staleness=timedelta(seconds=carbon.max_staleness_s),
                          cache_dir=carbon_cache_dir(), archive=ForecastArchive(forecast_archive_path()))
+
+
+def forecast_choice(monitor: CarbonMonitor, spec: RunSpec, figures: Sequence[ModeFigures], reading: Reading, *,
+                    nominal: datetime, now: datetime) -> ForecastChoice:
+    """The do-no-harm gate for the night at ``nominal``: which forecast the planner may plan on, if any.
+
+    Each forecast the reading offers (the fused one and the forecasts it was made of) is scored on
+    the archive's record of past nights (:func:`scheduler.loop.archive_record.archive_records`);
+    :func:`scheduler.loop.gate.choose_forecast` picks. Threshold rules and ``rules.forecast_gate:
+    false`` trust the monitor's forecast as it is.
+    """
+    if not spec.planned or not getattr(spec.rules, "forecast_gate", True):
+        return ForecastChoice()
+    if monitor.archive is None:
+        return ForecastChoice(None, "no forecast archive to keep a record in: the static plan (cron start, frugal modes)")
+    said = signal_reading(reading)
+    labels = [said.label, *said.alternatives] if said.label else list(said.alternatives)
+    records = archive_records(monitor.archive, NightPlanner(spec, figures), labels=labels, zone=reading.series.zone,
+                              nominal=nominal, now=now)
+    return choose_forecast(records, names={label: label.removeprefix("forecast:") for label in labels})
+
+
+def signal_reading(reading: Reading) -> SignalReading:
+    """A monitor reading as the run loop's signal: its forecast by its archive label, its value now, and the
+    forecasts a fused one was made of."""
+    label = reading.source if reading.forecast_by == "provider" else reading.forecast_by
+    return SignalReading(signal=reading.series, value_now=reading.current.g_per_kwh, label=label,
+                         alternatives=dict(reading.alternatives))

@@ -1,23 +1,23 @@
-"""Run the job under its run specification: one decision loop for the planner and threshold rules.
+"""Run the job under its run specification: the product's side of the one run loop.
 
 Plain Python (no Prefect), so the loop is testable with an injected clock. The flow in
-:mod:`flows.training` calls :func:`run_job` inside one task. :func:`run_loop` is the loop, and it
-reads like the README's steps 2-5, with the decider (:mod:`scheduler.planner.deciders`) answering "which
-mode now, and until when?" as a :class:`scheduler.planner.RunPlan` for both kinds of rule:
+:mod:`flows.training` calls :func:`run_job` inside one task. The loop itself, which decides,
+re-plans, paces and pauses, is :func:`scheduler.loop.loop.run_loop` (the simulator runs the same
+one on a trace); this module is its :class:`scheduler.loop.loop.RunDriver` for a real job:
 
-1. read the signal (every interval, and at every new window; a failed read keeps the last one);
-2. decide: the planner re-plans the work left at the speeds seen; threshold rules re-decide on the
-   intensity now (an open-ended plan of one segment);
-3. apply the plan's mode through the backend and tell the job (:class:`flows.mode_spans.ModeSpans`);
-4. let the job run until the next re-decision (every ``rules.interval_s``) or the plan's next mode
-   change, whichever comes first; measure its progress (its progress file, else wall time x mode
-   speed) and each span's energy; switch when the plan says so (the minimum dwell is the
-   decider's), and repeat;
-5. at a planned pause, stop a pausable job with SIGTERM (``job.stop_grace_s`` to write its
-   checkpoint) and start it again with ``GRIDSHIFT_RESUME=1`` in the next window: in this process
-   (a plain ``gridshift run``), or, when the caller passes ``defer_pauses_over_s`` (a deployment),
-   by returning with :attr:`SupervisedRun.next_window` set, so the next window is a Scheduled flow
-   run of its own and no worker waits through the pause.
+1. the signal is the carbon monitor's reading (a failed read keeps the last one);
+2. the decider (:mod:`scheduler.planner.deciders`) answers "which mode now, and until when?" as a
+   :class:`scheduler.planner.RunPlan`, for the planner and threshold rules alike, on the forecast the
+   do-no-harm gate chose (``choice``);
+3. a mode is applied through the backend and told to the job (:class:`flows.mode_spans.ModeSpans`);
+4. the job runs in its process until the next re-decision (every ``rules.interval_s``) or the plan's
+   next mode change; its progress comes from its progress file, else wall time x mode speed, and
+   each span's energy from the meter;
+5. at a planned pause a pausable job gets SIGTERM (``job.stop_grace_s`` to write its checkpoint) and
+   starts again with ``GRIDSHIFT_RESUME=1`` in the next window: in this process (a plain ``gridshift
+   run``), or, when the caller passes ``defer_pauses_over_s`` (a deployment), by returning with
+   :attr:`SupervisedRun.next_window` set, so the next window is a Scheduled flow run of its own and no
+   worker waits through the pause.
 
 A planner's plans are reported (the first plan, the work windows, the replans); a threshold
 decision predicts nothing and only its reasons are.
@@ -39,8 +39,11 @@ from flows.job.mode_file import ModeFileChannel
 from flows.mode_spans import ModeSpans
 from flows.job.progress import progress_file_reader
 from plans.profile_store import PowerProfile
+from scheduler.loop.gate import ForecastChoice
+from scheduler.loop.loop import STOPPED_EXIT_CODES, SignalReading, run_loop
+from flows.sources import signal_reading
 from scheduler.settings.clock_plans import ModePlan
-from scheduler.planner.deciders import Decider, make_decider
+from scheduler.planner.deciders import make_decider
 from scheduler.planner.thresholds import Decision
 from scheduler.planner.mode_figures import limit_modes
 from scheduler.planner import ModeFigures, RunPlan
@@ -49,16 +52,12 @@ from scheduler.report import ModeSpan, RunWindow
 from scheduler.run_spec import RunSpec, resolve_run
 
 __all__ = ["PROGRESS_ENV", "RESUME_ENV", "STOPPED_EXIT_CODES", "SupervisedRun", "progress_file_reader", "run_job",
-           "run_loop", "supervise"]
+           "supervise"]
 
 #: the job may write its fraction done (0-1) to the file this variable names; re-planning uses it
 PROGRESS_ENV = "GRIDSHIFT_PROGRESS_FILE"
 #: set to "1" when a pausable job is started again after a planned pause: resume from the checkpoint
 RESUME_ENV = "GRIDSHIFT_RESUME"
-#: exit codes of a job that stopped as asked at a planned pause (0, 128 + SIGTERM, or killed by it)
-STOPPED_EXIT_CODES = (0, 143, -15)
-#: never wait less than this between two looks at the job (a plan boundary a moment away)
-_MIN_WAIT_S = 1.0
 
 
 @dataclass
@@ -115,6 +114,7 @@ def run_job(
     pausable: bool | None = None,
     defer_pauses_over_s: float | None = None,
     mode_file: ModeFileChannel | None = None,
+    choice: ForecastChoice = ForecastChoice(),
 ) -> SupervisedRun:
     """Run one job to its end (or, see ``defer_pauses_over_s``, to a long planned pause).
 
@@ -132,7 +132,8 @@ def run_job(
     with the same plans). ``power_profile``: the stored profile that ``power_limit_select`` modes
     choose their limit from. ``mode_file``: the job's batch sizes and the mode file written at every
     mode change (default: the spec's batch sizes, no files); each span says who applied each setting
-    and whether it was confirmed (:mod:`flows.job.span_settings`).
+    and whether it was confirmed (:mod:`flows.job.span_settings`). ``choice``: the forecast the
+    planner plans on (:func:`scheduler.loop.gate.choose_forecast`; default: the monitor's own).
     """
     run = out if out is not None else SupervisedRun()
     channel = mode_file if mode_file is not None else ModeFileChannel(
@@ -151,9 +152,24 @@ def run_job(
             modes.table.update({k: v for k, v in limit_modes(list(figures or ())).items() if k not in modes.table})
             run.extra["mode_figures"] = [{"mode": f.name, "power_w": f.power_w, "speed": f.speed, "source": f.source,
                                           "measured": f.measured} for f in figures or ()]
-        return run_loop(spec, decider, modes, monitor=monitor, start_job=start_job, now=now, log=log,
-                        deadline=deadline, progress=progress, figures=figures or (), sleep=sleep, pausable=pausable,
-                        defer_pauses_over_s=defer_pauses_over_s)
+        if choice.reason and decider.planned:
+            run.extra["forecast_choice"] = {"label": choice.label, "reason": choice.reason}
+            log(f"forecast: {choice.reason}")
+        driver = _JobDriver(spec, modes, monitor=monitor, start_job=start_job, now=now, log=log, sleep=sleep,
+                            progress=progress, figures=figures or (), deadline=deadline, planned=decider.planned,
+                            first_read=not run.windows)
+        outcome = run_loop(decider, driver, interval_s=spec.interval_s, pausable=pausable,
+                           defer_pauses_over_s=defer_pauses_over_s, choice=choice, windows_before=len(run.windows),
+                           clean_mode=spec.clean_mode)
+        if decider.planned:
+            run.work_done_s = outcome.work_done_s
+        if outcome.ended == "deferred":
+            run.next_window = outcome.next_window
+        else:
+            run.exit_code = outcome.exit_code
+            if decider.planned:
+                run.extra["replans"] = outcome.decisions
+        return run
     finally:
         # only this call's spans: a resumed window's earlier spans were labelled by their own call
         result, warning = channel.result()
@@ -170,82 +186,90 @@ def supervise(*, policy: Policy, **kwargs: Any) -> SupervisedRun:
     return run_job(spec=resolve_run(policy), **kwargs)
 
 
-def _read(monitor: CarbonMonitor, t: datetime, modes: ModeSpans) -> None:
-    """A fresh reading into ``modes`` (and its source into the run); on failure keep the last one."""
-    run = modes.run
-    try:
-        modes.reading = monitor.read(t)
-        if modes.reading.source not in run.sources:
-            run.sources.append(modes.reading.source)
-    except Exception as exc:
-        # Keep deciding on the last good reading's series (its forecast still covers the next
-        # hours): the work done must still be counted and the deadline must still hold, or an
-        # outage could make the job miss its deadline.
-        run.warnings.append(f"{t:%H:%M:%S}: carbon signal unavailable ({exc}); deciding on the last reading")
+class _JobDriver:
+    """The run loop's :class:`scheduler.loop.loop.RunDriver` for a real job: process, backend, meter, monitor."""
 
+    def __init__(self, spec: RunSpec, modes: ModeSpans, *, monitor: CarbonMonitor,
+                 start_job: Callable[[dict[str, str]], JobHandle], now: Callable[[], datetime], log: Callable[[str], None],
+                 sleep: Callable[[float], None], progress: Callable[[], float | None] | None,
+                 figures: Sequence[ModeFigures], deadline: datetime | None, planned: bool, first_read: bool) -> None:
+        self.spec, self.modes, self.run, self.monitor = spec, modes, modes.run, monitor
+        self._start_job, self.now, self.log, self.sleep, self._progress = start_job, now, log, sleep, progress
+        self.figures, self.deadline, self.planned = {f.name: f for f in figures}, deadline, planned
+        self._unread = first_read  # the flow read the signal just before the first decision: use that reading
+        self.handle: JobHandle | None = None
+        self._entered = False
+        self._window_start = now()
+        self._spans_before = 0
 
-def _next_start(plan: RunPlan, t: datetime) -> datetime | None:
-    """The start of the plan's next run window after ``t`` (None: nothing planned after ``t``)."""
-    return next((s.start for s in plan.segments if s.start > t), None)
+    def read(self, t: datetime) -> SignalReading | None:
+        if self._unread:
+            self._unread = False
+            return signal_reading(self.modes.reading)
+        try:
+            self.modes.reading = self.monitor.read(t)
+        except Exception as exc:
+            # Keep deciding on the last good reading's series (its forecast still covers the next
+            # hours): the work done must still be counted and the deadline must still hold, or an
+            # outage could make the job miss its deadline.
+            self.run.warnings.append(f"{t:%H:%M:%S}: carbon signal unavailable ({exc}); deciding on the last reading")
+            return None
+        if self.modes.reading.source not in self.run.sources:
+            self.run.sources.append(self.modes.reading.source)
+        return signal_reading(self.modes.reading)
 
+    def start(self, mode: str, reason: str, *, resuming: bool) -> None:
+        env = self.modes.job_env(mode)
+        if resuming:
+            env[RESUME_ENV] = "1"
+            self.log(f"resuming the job (window {len(self.run.windows) + 1}): {RESUME_ENV}=1")
+        self._window_start, self._spans_before = self.now(), len(self.run.spans)
+        self.modes.enter(mode, reason)
+        self._entered = True
+        env.update(self.modes.delegate_env())
+        self.handle = self._start_job(env)
 
-def _segment_end(plan: RunPlan, t: datetime) -> datetime | None:
-    """When the plan's segment at ``t`` ends (a switch, a pause or the planned finish)."""
-    return next((s.end for s in plan.segments if s.start <= t < s.end), None)
+    def switch(self, mode: str, reason: str) -> None:
+        self.modes.switch(mode, reason)
 
+    def wait(self, timeout_s: float) -> int | None:
+        assert self.handle is not None
+        return self.handle.wait(timeout_s=timeout_s)
 
-def _segment_reason(plan: RunPlan, t: datetime) -> str:
-    seg = next((s for s in plan.segments if s.start <= t < s.end), None)
-    return (seg.reason if seg is not None and seg.reason else plan.reason)
+    def progress(self) -> float | None:
+        return self._progress() if self._progress is not None else None
 
-def run_loop(spec: RunSpec, decider: Decider, modes: ModeSpans, *, monitor: CarbonMonitor,
-             start_job: Callable[[dict[str, str]], JobHandle], now: Callable[[], datetime], log: Callable[[str], None],
-             deadline: datetime | None, progress: Callable[[], float | None] | None, figures: Sequence[ModeFigures],
-             sleep: Callable[[float], None], pausable: bool, defer_pauses_over_s: float | None) -> SupervisedRun:
-    """The decision loop: one pass per run window (the job runs until it exits or a planned pause)."""
-    run = modes.run
-    decisions = 0
+    def stop(self) -> int | None:
+        assert self.handle is not None
+        self.handle.kill()  # SIGTERM to the job's group, SIGKILL after job.stop_grace_s
+        return self.handle.wait(timeout_s=0)
 
-    def decide(t: datetime, running: str | None = None, since: datetime | None = None) -> RunPlan:
-        nonlocal decisions
-        decisions += 1
-        plan = decider.decide(t, modes.reading.series, running=running, since=since, started_before=bool(run.windows))
-        for note in decider.notes:
-            log(f"warning: {note}")
-            run.warnings.append(note)
-        decider.notes.clear()
-        _note_plan(plan, run, t=t, deadline=deadline, log=log, first=decisions == 1, planned=decider.planned)
-        return plan
+    def window_ended(self, *, ended_by: str, exit_code: int | None, work_s: float, measured: bool) -> None:
+        run = self.run
+        if self.handle is not None:
+            if exit_code is None:
+                self.handle.kill()
+            run.tail = self.handle.tail
+            self.handle = None
+        if not self._entered:
+            return
+        self._entered = False
+        self.modes.close()
+        if self.planned:  # work windows are the planner's (threshold rules count no work to report)
+            before = self._spans_before
+            if measured and not self.modes.backend.measured:
+                run.spans[before:] = _on_the_models_clock(run.spans[before:], work_s, self.figures)
+            spans = run.spans[before:]
+            run.windows.append(RunWindow(start=self._window_start, end=self.now(), ended_by=ended_by,  # type: ignore[arg-type]
+                                         exit_code=exit_code, energy_j=sum(s.energy_j for s in spans),
+                                         carbon_g=sum(s.carbon_g for s in spans), work_s=work_s, work_measured=measured))
 
-    while True:
-        t = now()
-        if run.windows or decisions:
-            _read(monitor, t, modes)
-        plan = decide(t)
-        mode = plan.mode_at(t)
-        if mode is None:  # a pause: wait for the next window here, or hand it to a scheduled run
-            nxt = _next_start(plan, t)
-            if nxt is not None:
-                wait_s = (nxt - t).total_seconds()
-                if defer_pauses_over_s is not None and wait_s > defer_pauses_over_s:
-                    log(f"next window at {nxt:%Y-%m-%d %H:%M} UTC: handing it to a scheduled run")
-                    run.next_window = nxt
-                    run.work_done_s = decider.done_s
-                    return run
-                log(f"waiting {wait_s:.0f} s for the planned window at {nxt:%H:%M} UTC")
-                sleep(max(min(wait_s, spec.interval_s), _MIN_WAIT_S))
-                continue
-            mode = plan.segments[0].mode if plan.segments else spec.clean_mode  # nothing later: run now
-        if run.windows:
-            decider.resumed()
-        ended = _run_window(spec, decider, modes, plan, mode, decide=decide, monitor=monitor, start_job=start_job,
-                            now=now, log=log, progress=progress, figures=figures, pausable=pausable)
-        if decider.planned:
-            run.work_done_s = decider.done_s
-        if ended == "exit":
-            if decider.planned:
-                run.extra["replans"] = decisions
-            return run
+    def decided(self, plan: RunPlan, t: datetime, *, first: bool) -> None:
+        _note_plan(plan, self.run, t=t, deadline=self.deadline, log=self.log, first=first, planned=self.planned)
+
+    def warn(self, note: str) -> None:
+        self.log(f"warning: {note}")
+        self.run.warnings.append(note)
 
 
 def _note_plan(plan: RunPlan, run: SupervisedRun, *, t: datetime, deadline: datetime | None,
@@ -267,80 +291,6 @@ def _note_plan(plan: RunPlan, run: SupervisedRun, *, t: datetime, deadline: date
         run.reason = plan.reason
     elif not planned and first:
         run.reason = plan.reason
-
-
-def _run_window(spec: RunSpec, decider: Decider, modes: ModeSpans, plan: RunPlan, mode: str, *,
-                decide: Callable[..., RunPlan], monitor: CarbonMonitor, start_job: Callable[[dict[str, str]], JobHandle],
-                now: Callable[[], datetime], log: Callable[[str], None], progress: Callable[[], float | None] | None,
-                figures: Sequence[ModeFigures], pausable: bool) -> str:
-    """Start (or resume) the job and follow ``plan`` until the job ends ("exit") or a planned pause ("pause")."""
-    run = modes.run
-    interval_s = spec.interval_s
-    resuming = bool(run.windows)
-    env = modes.job_env(mode)
-    if resuming:
-        env[RESUME_ENV] = "1"
-        log(f"resuming the job (window {len(run.windows) + 1}): {RESUME_ENV}=1")
-    modes.enter(mode, _segment_reason(plan, now()))
-    env.update(modes.delegate_env())
-    window_start, spans_before, work_before = now(), len(run.spans), decider.done_s
-    measured = False
-    ended, rc = "exit", None
-    handle: JobHandle | None = None
-    try:
-        handle = start_job(env)
-        last_t = last_plan_t = window_start
-        while True:
-            t = now()
-            until = [interval_s - (t - last_plan_t).total_seconds()]
-            boundary = _segment_end(plan, t)
-            if boundary is not None:
-                until.append((boundary - t).total_seconds())
-            rc = handle.wait(timeout_s=max(min(until), _MIN_WAIT_S))
-            t = now()
-            fraction = progress() if progress is not None else None
-            measured = measured or fraction is not None
-            decider.advance(modes.mode, (t - last_t).total_seconds(), fraction)
-            last_t = t
-            if rc is not None:
-                break
-            if (t - last_plan_t).total_seconds() >= interval_s - 1e-6:
-                _read(monitor, t, modes)
-                plan = decide(t, modes.mode, modes.since)
-                last_plan_t = t
-            want = plan.mode_at(t)
-            if want is None and pausable and _next_start(plan, t) is not None:
-                nxt = _next_start(plan, t)
-                log(f"pausing until {nxt:%H:%M} UTC: {_segment_reason(plan, nxt)}")
-                handle.kill()  # SIGTERM to the job's group, SIGKILL after job.stop_grace_s
-                rc = handle.wait(timeout_s=0)
-                ended = "pause" if rc in STOPPED_EXIT_CODES else "exit"
-                if ended == "exit":
-                    log(f"the job exited with {rc} when asked to checkpoint and stop")
-                break
-            if want is None:
-                want = modes.mode  # the plan expected the job done by now: it runs on as it is
-            if want != modes.mode:
-                log(f"switching {modes.mode} -> {want}: {_segment_reason(plan, t)}")
-                modes.switch(want, _segment_reason(plan, t))
-    finally:
-        if handle is not None:
-            if rc is None:
-                handle.kill()
-            run.tail = handle.tail
-        modes.close()
-        if decider.planned:  # work windows are the planner's (threshold rules count no work to report)
-            work_s = max(decider.done_s - work_before, 0.0)
-            if measured and not modes.backend.measured:
-                run.spans[spans_before:] = _on_the_models_clock(run.spans[spans_before:], work_s,
-                                                                {f.name: f for f in figures})
-            spans = run.spans[spans_before:]
-            run.windows.append(RunWindow(start=window_start, end=now(), ended_by=ended, exit_code=rc,
-                                         energy_j=sum(s.energy_j for s in spans), carbon_g=sum(s.carbon_g for s in spans),
-                                         work_s=work_s, work_measured=measured))
-    if ended == "exit":
-        run.exit_code = rc
-    return ended
 
 
 def _on_the_models_clock(spans: list[ModeSpan], work_s: float, figures: Mapping[str, ModeFigures]) -> list[ModeSpan]:

@@ -34,12 +34,13 @@ from flows.deployments.flow_parameters import JsonParametersFlow
 from flows.job.process import JobFailed, JobHandle, start_callable, start_command
 from flows.job.mode_file import ModeFileChannel
 from flows.run.run_ids import new_run_id
-from flows.sources import monitor_for
+from flows.sources import forecast_choice, monitor_for
 from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, run_job
 from flows.job.trials import CostWatchedJob, begin_trial
 from flows.job.windows import CHECKPOINT_DIR_ENV, DEFER_MIN_S, checkpoint_dir, flow_run_deployment, resumed_run
 from plans.errors import BadProfile
 from plans.profile_store import PowerProfile, ProfileStore
+from scheduler.loop.gate import ForecastChoice
 from scheduler.settings.auto_power import profiles_dir
 from scheduler.settings.clock_plans import ModePlan, load_plan_files
 from scheduler.planner.deciders import first_decision
@@ -111,8 +112,9 @@ def wait_until(start_at: datetime, now: Callable[[], datetime] = _utcnow, sleep:
 @task(name="run job under policy", cache_policy=NO_CACHE)
 def run_supervised(spec: RunSpec, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision | None,
                    reading: Reading, deadline: datetime | None, out: SupervisedRun, prepared: "_Prepared", run_id: str,
-                   defer_pauses_over_s: float | None, ledger_path: str | None) -> SupervisedRun:
+                   defer_pauses_over_s: float | None, ledger_path: str | None, nominal: datetime) -> SupervisedRun:
     logger = get_run_logger()
+    choice = _forecast_choice(spec, monitor, prepared.figures, reading, nominal)
     caps = backend.capabilities()
     job = spec.job
     progress_path = Path(tempfile.mkdtemp(prefix="gridshift-")) / "progress"
@@ -151,7 +153,7 @@ def run_supervised(spec: RunSpec, backend: Backend, control: bool, monitor: Carb
                       out=out, progress=progress, clock_plans=prepared.clock_plans,
                       power_profile=prepared.power_profile, fingerprint=job.fingerprint, profile_dir=profiles_dir(),
                       figures=prepared.figures, pausable=job.pausable, defer_pauses_over_s=defer_pauses_over_s,
-                      mode_file=channel)
+                      mode_file=channel, choice=choice)
     finally:
         if (seen := progress.summary()) is not None:  # the job's progress reached the decisions
             out.extra["job_progress"] = seen
@@ -166,6 +168,15 @@ def run_supervised(spec: RunSpec, backend: Backend, control: bool, monitor: Carb
     if run.exit_code not in (0, None):  # the task fails with the job, not only the flow (``out`` keeps the figures)
         raise JobFailed(run.exit_code, run.tail)
     return run
+
+
+def _forecast_choice(spec: RunSpec, monitor: CarbonMonitor, figures: list[ModeFigures], reading: Reading,
+                     nominal: datetime) -> ForecastChoice:
+    """The do-no-harm gate for this run (:func:`flows.sources.forecast_choice`); the static plan if its record cannot be read."""
+    try:
+        return forecast_choice(monitor, spec, figures, reading, nominal=nominal, now=_utcnow())
+    except Exception as exc:  # the archive is a record, not the run: a broken one costs the forecast, not the job
+        return ForecastChoice(None, f"the forecast archive could not be read ({type(exc).__name__}: {exc}): the static plan")
 
 
 @task(name="restore settings", cache_policy=NO_CACHE)
@@ -347,7 +358,7 @@ def carbon_aware_training(
         # second signal while the job is stopped or the report is written cannot leave them changed
         uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
         run_supervised(spec, backend, prepared.control, monitor, decision, reading, deadline, run, prepared, run_id,
-                       defer_over_s, ledger_path)
+                       defer_over_s, ledger_path, nominal)
     except BaseException as exc:  # the report is still written, then the flow fails
         errors.append(exc)
     ended = _utcnow()

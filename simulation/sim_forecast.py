@@ -8,9 +8,8 @@ A :class:`GridForecaster` answers "standing at grid index ``i``, what do you exp
 - :class:`IssuedForecaster`: an archive of forecasts as issued: at each decision the newest
   forecast issued at or before it (``simulate --forecast-file --forecast issued``);
 - :class:`FusedForecaster` (``simulate --forecast-file``): the archive, the history forecast and the
-  latest observation fused by :mod:`carbon.forecasts.fusion` on the nights before each decision, with the
-  do-no-harm start gate (:func:`carbon.forecasts.skill.trusts_start`) that :func:`simulation.simulate.simulate`
-  asks before choosing a start;
+  latest observation fused by :mod:`carbon.forecasts.fusion` on the nights before each decision (the
+  do-no-harm gate, :mod:`simulation.sim_gate`, scores it beside each of its inputs);
 - :class:`NoisyTraceForecaster`: the real future plus autocorrelated multiplicative noise of
   relative size ``error``, for "what if my provider's forecast is X % off";
 - :class:`PerfectForecaster`: the real future (the oracle).
@@ -20,17 +19,17 @@ Index ``i`` itself is observed: every forecaster returns the true value there.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Callable, Iterable, Mapping, Protocol
 
 import numpy as np
 
 from carbon.forecasts.builtin import FIT_DAYS, PROFILE_DAYS, daily_profile
 from carbon.forecasts.fusion import FusionFit, Hindcast, apply_fusion, fit_fusion
 from carbon.forecasts.issued import IssuedForecasts
-from carbon.forecasts.skill import MIN_NIGHTS, ForecastSkill, Night, StartWindow, night_scores, start_gain_share, trusts_start
+from carbon.forecasts.skill import ForecastSkill, Night, StartWindow, night_scores, start_gain_share
 
 __all__ = ["GridForecaster", "DailyProfileForecaster", "FusedForecaster", "IssuedForecaster", "NoisyTraceForecaster",
-           "PerfectForecaster", "StartGate"]
+           "PerfectForecaster", "forecast_candidates"]
 
 
 class GridForecaster(Protocol):
@@ -134,14 +133,6 @@ class IssuedForecaster:
 InputForecast = Callable[[np.ndarray, int, int], np.ndarray]
 
 
-@runtime_checkable
-class StartGate(Protocol):
-    """A forecaster that can say whether its record earns it the start choice (else: the cron start)."""
-
-    def trusts_start(self, values: np.ndarray, now_index: int, window: StartWindow) -> bool:
-        ...
-
-
 class FusedForecaster:
     """:func:`carbon.forecasts.fusion.apply_fusion` of several inputs, fitted at each decision on the nights before it.
 
@@ -153,12 +144,10 @@ class FusedForecaster:
     Memoised per origin, so a year's replay computes each origin's inputs once per process.
     """
 
-    def __init__(self, inputs: Mapping[str, InputForecast], *, step_s: float, days: int = PROFILE_DAYS,
-                 min_nights: int = MIN_NIGHTS) -> None:
+    def __init__(self, inputs: Mapping[str, InputForecast], *, step_s: float, days: int = PROFILE_DAYS) -> None:
         self.inputs = dict(inputs)
         self.per_day = max(int(round(86400.0 / step_s)), 1)
         self.days = days
-        self.min_nights = min_nights
         self.horizon = self.per_day + 1  # every lead a decision asks for at one origin, a day ahead
         self._said: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         self._fused: dict[tuple[int, int], np.ndarray] = {}
@@ -225,13 +214,7 @@ class FusedForecaster:
         rho, mape, bias = night_scores(nights, window)
         w = self.fit(values, now_index, max(self.horizon, window.end)).weights[:, 1: window.end].mean(axis=1)
         return ForecastSkill(label=label, nights=n, start_gain_share=share, rank_correlation=rho, mape_pct=mape,
-                             bias_g_per_kwh=bias, weights={k: float(x) for k, x in zip(self.inputs, w)},
-                             trusted_start=self.trusts_start(values, now_index, window))
-
-    def trusts_start(self, values: np.ndarray, now_index: int, window: StartWindow) -> bool:
-        """Do no harm: :func:`carbon.forecasts.skill.trusts_start` on the fused forecast's record before ``now_index``."""
-        share, nights = self.start_record(values, now_index, window)
-        return trusts_start(share, nights, min_nights=self.min_nights)
+                             bias_g_per_kwh=bias, weights={k: float(x) for k, x in zip(self.inputs, w)})
 
 
 def start_window(*, origin_s: float, reference_s: float, latest_start_s: float, run_s: float, step_s: float) -> StartWindow:
@@ -239,3 +222,26 @@ def start_window(*, origin_s: float, reference_s: float, latest_start_s: float, 
     last = int(np.floor((latest_start_s - origin_s) / step_s + 1e-9))
     return StartWindow(reference=int(round((reference_s - origin_s) / step_s)), starts=tuple(range(max(last, 0) + 1)),
                        length=max(int(np.ceil(run_s / step_s - 1e-9)), 1))
+
+
+class _InputAlone:
+    """One input of a fused forecaster on its own: what it said, the fused forecast where it said nothing."""
+
+    def __init__(self, fused: FusedForecaster, name: str) -> None:
+        self.fused, self.name = fused, name
+
+    def forecast(self, values: np.ndarray, now_index: int, n: int) -> np.ndarray:
+        said = np.array(self.fused.inputs[self.name](values, now_index, n), dtype=float)
+        missing = np.isnan(said)
+        if missing.any():
+            said[missing] = self.fused.forecast(values, now_index, n)[missing]
+        said[0] = float(values[now_index])
+        return said
+
+
+def forecast_candidates(forecaster: GridForecaster, label: str = "forecast") -> dict[str, GridForecaster]:
+    """The forecasts the do-no-harm gate scores (:mod:`scheduler.loop.gate`): the forecaster, and for a
+    fused one each of its inputs alone, so the fusion is never trusted beyond the better of them."""
+    if isinstance(forecaster, FusedForecaster):
+        return {"fused": forecaster, **{name: _InputAlone(forecaster, name) for name in forecaster.inputs}}
+    return {label: forecaster}

@@ -28,23 +28,26 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ALL_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from carbon.series import IntensitySeries
+from carbon.trace_file import MAX_GAP, series_gaps
 from scheduler.policy.cron import cron_occurrences
 from scheduler.errors import PolicyError
-from scheduler.planner.mode_figures import DECLARED
 from scheduler.planner import ModeFigures, Objective, PlanConstraints
 from scheduler.run_spec import RunSpec, resolve_run
 from scheduler.policy.types import PlanRule, Policy
-from simulation.sim_forecast import GridForecaster
-from simulation.strategies import (JobOutcome, TruthGrid, best_static, gridshift_run, oracle_run, static_run,
-                                  as_threshold_policy, threshold_run)
+from scheduler.loop.gate import ForecastChoice, NightPlanner
+from simulation.sim_forecast import GridForecaster, forecast_candidates
+from simulation.sim_gate import NightRecords
+from simulation.summary import summarise
+from simulation.strategies import (JobOutcome, TruthGrid, as_threshold_policy, best_static, gridshift_run, oracle_run,
+                                   pace_modes, static_run, threshold_run)
 
 __all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "nominal_starts", "simulate", "resample"]
 
@@ -78,76 +81,8 @@ class SimulationResult:
         return self.outcomes["oracle"]
 
     def summary(self) -> dict[str, Any]:
-        """The ``--json`` object (grams, joules, seconds; energy and carbon modelled)."""
-
-        def tot(jobs: list[JobOutcome], attr: str) -> float:
-            return float(sum(getattr(j, attr) for j in jobs))
-
-        base_g = tot(self.baseline, "carbon_g")
-        pct = (lambda x: 100.0 * (1.0 - x / base_g) if base_g > 0 else 0.0)
-        n = len(self.baseline)
-        oracle_saving = base_g - tot(self.oracle, "carbon_g")
-        strategies: dict[str, Any] = {}
-        for name, jobs in self.outcomes.items():
-            g = tot(jobs, "carbon_g")
-            strategies[name] = {
-                "carbon_g": g,
-                "savings_pct": pct(g),
-                "share_of_oracle_saving": (base_g - g) / oracle_saving if oracle_saving > 0 else None,
-                "energy_j": tot(jobs, "energy_j"),
-                "deadline_misses": sum(j.late for j in jobs),
-                "mean_delay_s": float(np.mean([j.start_s - j.nominal_s for j in jobs])) if n else 0.0,
-                "mean_duration_s": float(np.mean([j.end_s - j.start_s for j in jobs])) if n else 0.0,
-                "mode_share": _mode_share(jobs),
-            }
-        s = strategies
-        return {
-            "jobs": n,
-            "baseline_g": s["baseline"]["carbon_g"],
-            "gridshift_g": s["gridshift"]["carbon_g"],
-            "oracle_g": s["oracle"]["carbon_g"],
-            "savings_pct": s["gridshift"]["savings_pct"],
-            "oracle_savings_pct": s["oracle"]["savings_pct"],
-            "deadline_misses": s["gridshift"]["deadline_misses"],
-            "oracle_deadline_misses": s["oracle"]["deadline_misses"],
-            "energy_baseline_j": s["baseline"]["energy_j"],
-            "energy_gridshift_j": s["gridshift"]["energy_j"],
-            "energy_oracle_j": s["oracle"]["energy_j"],
-            "mean_delay_s": s["gridshift"]["mean_delay_s"],
-            "mean_duration_baseline_s": s["baseline"]["mean_duration_s"],
-            "mean_duration_gridshift_s": s["gridshift"]["mean_duration_s"],
-            "mode_share": s["gridshift"]["mode_share"],
-            "strategies": strategies,
-            "forecast": self.forecast,
-            "step_s": self.step_s,
-            "trace_start": self.t0.isoformat(),
-            "trace_end": (self.t0 + timedelta(seconds=self.step_s * len(self.values))).isoformat(),
-            "modelled": True,
-            "figures_measured": all(m.measured for m in self.modes),
-            "figures_kind": _figures_kind(self.modes),
-            "energy_source": "; ".join(sorted({m.source for m in self.modes})),
-            "mode_power_w": {m.name: m.power_w for m in self.modes},
-            "mode_speed": {m.name: m.speed for m in self.modes},
-            "mode_slowdown": {m.name: 1.0 / m.speed for m in self.modes},
-            "mode_source": {m.name: m.source for m in self.modes},
-            **self.extra,
-        }
-
-
-def _figures_kind(modes: Sequence[ModeFigures]) -> str:
-    """measured, declared (typed by hand, :data:`scheduler.planner.mode_figures.DECLARED`) or modelled."""
-    if all(m.measured for m in modes):
-        return "measured"
-    return DECLARED if any(m.source.startswith(DECLARED) for m in modes) else "modelled"
-
-
-def _mode_share(jobs: list[JobOutcome]) -> dict[str, float]:
-    mode_s: dict[str, float] = {}
-    for j in jobs:
-        for a, b, m in j.spans:
-            mode_s[m] = mode_s.get(m, 0.0) + (b - a)
-    total = sum(mode_s.values()) or 1.0
-    return {m: v / total for m, v in sorted(mode_s.items())}
+        """The ``--json`` object (grams, joules, seconds; energy and carbon modelled): :func:`simulation.summary.summarise`."""
+        return summarise(self)
 
 
 def resample(series: IntensitySeries, step_s: float | None = None) -> tuple[datetime, float, np.ndarray]:
@@ -195,50 +130,85 @@ class _JobContext:
     interval_s: float
     grid_s: float
     min_gain: float
-    kind: str
+    records: NightRecords  # the do-no-harm gate's record of every forecast, night by night
+    nominals: dict[float, int]  # night index by cron time (trace seconds)
     pace_error: float = 0.0
 
 
 def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
-    """Every wanted strategy on the occurrence nominally at ``ns`` (trace seconds)."""
+    """Every wanted strategy on the occurrence nominally at ``ns`` (trace seconds).
+
+    With ``pace_error`` every strategy's job runs that much slower than its figures: each chooses
+    on what it knows (the figures; the perfect-foresight ones, the true speeds) and runs at the
+    true speeds, so shares and misses stay comparable across strategies.
+    """
     job, truth, modes = ctx.policy.job, ctx.truth, ctx.modes
+    true = pace_modes(modes, ctx.pace_error)
     assert job.deadline_s is not None
     dl = ns + job.deadline_s
     earliest = ns + job.earliest_start_s
     work = job.expected_duration_s
     clean = [m.name for m in modes].index(ctx.policy.rules.clean_mode)
-    out: dict[str, JobOutcome] = {"baseline": static_run(truth, modes, clean, ns, work, ns, dl)}
-    if "static_efficiency" in ctx.wanted:
+    out: dict[str, JobOutcome] = {"baseline": static_run(truth, true, clean, ns, work, ns, dl)}
+    if "static_efficiency" in ctx.wanted:  # (always: the summary's two shares need it)
         fits = [k for k, m in enumerate(modes) if ns + work / m.speed <= dl + 1e-6] or [clean]
         frugal = min(fits, key=lambda k: modes[k].joules_per_work_s)
-        out["static_efficiency"] = static_run(truth, modes, frugal, ns, work, ns, dl)
-    best = best_static(truth, modes, earliest, dl, work, ctx.grid_s, ns)
+        out["static_efficiency"] = static_run(truth, true, frugal, ns, work, ns, dl)
+    best = best_static(truth, true, earliest, dl, work, ctx.grid_s, ns)
     if "best_static" in ctx.wanted:
         out["best_static"] = best
     if "threshold" in ctx.wanted:
         out["threshold"] = threshold_run(ctx.threshold_spec, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
-                                      min_gain=ctx.min_gain, kind=ctx.kind)
-    out["gridshift"] = gridshift_run(ctx.spec, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns, interval_s=ctx.interval_s,
-                                  pace_error=ctx.pace_error)
+                                         min_gain=ctx.min_gain, pace_error=ctx.pace_error)
+    out["gridshift"] = _gridshift(ctx, ns)
     # the DP's work quantum may cost it up to max_rounding against a schedule counted exactly; the
     # best single-mode schedule is in its search space, so the oracle is the better of the two
-    dp = oracle_run(ctx.policy, truth, ctx.t0, modes, nominal_s=ns, grid_s=ctx.grid_s, objective=ctx.objective)
+    dp = oracle_run(ctx.policy, truth, ctx.t0, true, nominal_s=ns, grid_s=ctx.grid_s, objective=ctx.objective)
     out["oracle"] = dp if _cost(dp, ctx.objective) <= _cost(best, ctx.objective) else best
     return out
+
+
+def _gridshift(ctx: _JobContext, ns: float) -> JobOutcome:
+    """The product's two runs for the night at ``ns``: the planning run (gate, then the start), then the training run."""
+    job = ctx.policy.job
+    k = ctx.nominals[ns]
+    records = ctx.records
+    if getattr(ctx.spec.rules, "forecast_gate", True):
+        choice = records.choice(k)
+    else:  # rules.forecast_gate: false: the forecast from the first night
+        choice = ForecastChoice(next(iter(records.candidates)), "rules.forecast_gate is off")
+    earliest = ns + job.earliest_start_s
+    reference = max(ns, earliest)
+    if choice.label is None:  # the static plan: the cron start, modes on a flat signal (no forecast read)
+        start, read = reference, records.observed_reader()
+    else:
+        start = max((records.start_plan(choice.label, k).start - ctx.t0).total_seconds(), earliest)
+        read = records.reader(choice.label, k)
+    outcome = gridshift_run(ctx.spec, ctx.truth, ctx.modes, read, nominal_s=ns, start_s=start, choice=choice,
+                            pace_error=ctx.pace_error)
+    return replace(outcome, planned_on=choice.label or "")
 
 
 #: the context forked workers inherit (set just before the pool forks), so it is not pickled to each
 _FORKED: _JobContext | None = None
 
 
+#: jobs finished by the forked workers, for the progress line (shared memory, set up before the fork)
+_DONE: Any = None
+#: how often the progress line hears from the workers, s
+_PROGRESS_POLL_S = 0.5
+
+
 def _simulate_chunk(offsets: Sequence[float], ctx: _JobContext | None = None) -> list[dict[str, JobOutcome]]:
     ctx = ctx if ctx is not None else _FORKED
     assert ctx is not None
-    return [_simulate_job(ctx, ns) for ns in offsets]
-
-
-#: chunks per worker process: more than one, so progress is told while the workers run
-_CHUNKS_PER_WORKER = 8
+    out = []
+    for ns in offsets:
+        out.append(_simulate_job(ctx, ns))
+        if _DONE is not None:
+            with _DONE.get_lock():
+                _DONE.value += 1
+    return out
 
 
 def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None,
@@ -247,9 +217,9 @@ def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None,
 
     Forked workers inherit the context (trace, forecaster, a forecast archive) without copying or
     pickling it; only the job offsets and outcomes cross. Where fork is unavailable it runs in-process.
-    ``progress(done, total)`` is called as jobs finish.
+    ``progress(done, total)`` is called as jobs finish (from a counter the workers share).
     """
-    global _FORKED
+    global _FORKED, _DONE
     tell = progress or (lambda done, total: None)
     tell(0, len(offsets))
     n = workers if workers is not None else (os.cpu_count() or 1)
@@ -260,20 +230,23 @@ def _map_jobs(ctx: _JobContext, offsets: list[float], workers: int | None,
             out += _simulate_chunk([ns], ctx)
             tell(len(out), len(offsets))
         return out
-    m = n * _CHUNKS_PER_WORKER
-    chunks = [offsets[k::m] for k in range(m)]  # interleaved: each chunk gets every season
-    _FORKED = ctx
-    ordered: list[dict[str, JobOutcome]] = [{}] * len(offsets)
+    # one contiguous block per worker: a night's gate reads the record of the nights before it, which
+    # a block must replay anew at its start (28 start plans of the 12 h job cost ~1 s; eight blocks
+    # cost 6 % more CPU than two for the 12 h year, measured)
+    size = -(-len(offsets) // n)
+    chunks = [offsets[k * size:(k + 1) * size] for k in range(n)]
+    fork = multiprocessing.get_context("fork")
+    _FORKED, _DONE = ctx, fork.Value("i", 0)
     try:
-        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
-            done = 0
-            for k, part in enumerate(pool.map(_simulate_chunk, chunks)):
-                ordered[k::m] = part
-                done += len(part)
-                tell(done, len(offsets))
+        with ProcessPoolExecutor(n, mp_context=fork) as pool:
+            futures = [pool.submit(_simulate_chunk, chunk) for chunk in chunks]
+            while wait(futures, timeout=_PROGRESS_POLL_S, return_when=ALL_COMPLETED).not_done:
+                tell(_DONE.value, len(offsets))
+            parts = [f.result() for f in futures]
+        tell(len(offsets), len(offsets))
     finally:
-        _FORKED = None
-    return ordered
+        _FORKED, _DONE = None, None
+    return [outcome for part in parts for outcome in part]
 
 
 def nominal_starts(cron: str, t0: datetime, end: datetime, *, tz: str, earliest_start_s: float,
@@ -302,9 +275,9 @@ def simulate(
 
     ``workers``: processes to spread the jobs over (default: one per core; 1 runs in this process).
     The result does not depend on it: every forecaster answers from the trace and the decision time alone.
-    ``pace_error``: the planner's job runs this much slower (relative) than its figures in every mode
-    (a check of the deadline margin; the other strategies run at the figures). ``progress(done, total)``
-    hears of each finished job (a terminal's progress line).
+    ``pace_error``: every strategy's job runs this much slower (relative) than its figures in every
+    mode (a check of the deadline margin that keeps the shares comparable: see :func:`_simulate_job`).
+    ``progress(done, total)`` hears of finished jobs (a terminal's progress line).
     """
     job = policy.job
     if job.cron is None:
@@ -319,12 +292,15 @@ def simulate(
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise PolicyError(f"unknown strategy {unknown[0]!r} (strategies: {', '.join(STRATEGIES)})")
-    wanted = [s for s in STRATEGIES if s in strategies or s in ("baseline", "gridshift", "oracle")]
+    # static efficiency splits every saving into its mode part and its timing part: always run
+    wanted = [s for s in STRATEGIES if s in strategies or s in ("baseline", "static_efficiency", "gridshift", "oracle")]
     t0, step, values = resample(trace)
-    truth = TruthGrid(values, step)
+    truth = TruthGrid(values, step, 0.0, epoch=t0)
     end = t0 + timedelta(seconds=step * len(values))
     nominals = nominal_starts(job.cron, t0, end, tz=job.timezone, earliest_start_s=job.earliest_start_s,
                               deadline_s=job.deadline_s)
+    gaps = series_gaps(trace)
+    nominals, skipped = _outside_gaps(nominals, gaps, earliest_s=job.earliest_start_s, deadline_s=job.deadline_s)
     rule = policy.rules
     # a threshold policy is planned with its own dwell and interval, on slots of the trace's resolution
     plan_rule = rule if isinstance(rule, PlanRule) else PlanRule(clean_mode=rule.clean_mode, dirty_mode=rule.dirty_mode,
@@ -335,11 +311,13 @@ def simulate(
     constraints, objective = spec.constraints, spec.objective
     assert constraints is not None
     grid_s = _gcd_s(step, plan_rule.slot_s, plan_rule.interval_s, threshold_policy.rules.interval_s)
+    offsets = [(n - t0).total_seconds() for n in nominals]
+    records = NightRecords(NightPlanner(spec, modes), truth, forecast_candidates(forecaster), offsets,
+                           earliest_s=job.earliest_start_s, deadline_s=job.deadline_s, slot_s=constraints.slot_s)
     ctx = _JobContext(policy=policy, spec=spec, threshold_spec=resolve_run(threshold_policy), truth=truth, t0=t0,
                       modes=tuple(modes), forecaster=forecaster, wanted=tuple(wanted), objective=objective, constraints=constraints,
-                      interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain, kind=trace.kind,
-                      pace_error=pace_error)
-    offsets = [(n - t0).total_seconds() for n in nominals]
+                      interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain,
+                      records=records, nominals={ns: k for k, ns in enumerate(offsets)}, pace_error=pace_error)
     out: dict[str, list[JobOutcome]] = {s: [] for s in wanted}
     for per_job in _map_jobs(ctx, offsets, workers, progress):
         for name, outcome in per_job.items():
@@ -347,6 +325,20 @@ def simulate(
     margin = {"margin_s": constraints.deadline_margin_s,
               "kept_as": "pace reserve" if constraints.pace_tolerance > 0 else "time before the deadline",
               "pace_tolerance": constraints.pace_tolerance, "pace_error": pace_error}
+    longest = max(((b - a).total_seconds() for a, b in gaps), default=0.0)
     return SimulationResult(t0=t0, step_s=step, values=values, outcomes=out, modes=tuple(modes),
                             forecast=forecast_label, clean_mode=policy.rules.clean_mode,
-                            extra={"deadline_margin": margin})
+                            extra={"deadline_margin": margin,
+                                   "trace_gaps": {"gaps": len(gaps), "longest_gap_h": longest / 3600.0,
+                                                  "max_gap_h": MAX_GAP.total_seconds() / 3600.0,
+                                                  "nights_skipped": skipped}})
+
+
+def _outside_gaps(nominals: list[datetime], gaps: Sequence[tuple[datetime, datetime]], *, earliest_s: float,
+                  deadline_s: float) -> tuple[list[datetime], int]:
+    """The nights whose window (earliest start to deadline) touches no gap, and how many were skipped."""
+    if not gaps:
+        return nominals, 0
+    keep = [n for n in nominals
+            if not any(a < n + timedelta(seconds=deadline_s) and b > n + timedelta(seconds=earliest_s) for a, b in gaps)]
+    return keep, len(nominals) - len(keep)

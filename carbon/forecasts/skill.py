@@ -19,11 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["MIN_NIGHTS", "ForecastSkill", "Night", "StartWindow", "night_scores", "rank_correlation", "start_gain",
-           "start_gain_share", "trusts_start"]
-
-#: scored nights before a record may take the start choice away (a week: every weekday once)
-MIN_NIGHTS = 7
+__all__ = ["ForecastSkill", "Night", "StartWindow", "night_scores", "rank_correlation", "start_gain",
+           "start_gain_share"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +115,6 @@ class ForecastSkill:
     mape_pct: float | None
     bias_g_per_kwh: float | None
     weights: dict[str, float]
-    trusted_start: bool
 
     def sentence(self) -> str:
         """One sentence: which forecast, its weights, and what it earned over the scored nights."""
@@ -131,14 +127,12 @@ class ForecastSkill:
             mape = "" if self.mape_pct is None else f", MAPE {self.mape_pct:.1f} %"
             record = (f"over the last {self.nights} nights it captured {self.start_gain_share:.0%} of the perfect-foresight "
                       f"start gain{rho}{mape}")
-        gate = "" if self.trusted_start else "; no gain on record, so the cron start is kept and only modes are chosen"
-        return f"{used}: {record}{gate}."
+        return f"{used}: {record}."
 
     def as_dict(self) -> dict[str, object]:
         return {"label": self.label, "nights": self.nights, "start_gain_share": self.start_gain_share,
                 "rank_correlation": self.rank_correlation, "mape_pct": self.mape_pct,
-                "bias_g_per_kwh": self.bias_g_per_kwh, "weights": self.weights, "trusted_start": self.trusted_start,
-                "sentence": self.sentence()}
+                "bias_g_per_kwh": self.bias_g_per_kwh, "weights": self.weights, "sentence": self.sentence()}
 
 
 def night_scores(nights: Sequence[Night], window: StartWindow) -> tuple[float | None, float | None, float | None]:
@@ -159,12 +153,3 @@ def night_scores(nights: Sequence[Night], window: StartWindow) -> tuple[float | 
     mean = (lambda xs: float(np.mean(xs)) if len(xs) else None)
     mape = mean(ape)
     return mean(rhos), None if mape is None else 100.0 * mape, mean(err)
-
-
-def trusts_start(share: float | None, nights: int, *, min_nights: int = MIN_NIGHTS) -> bool:
-    """Do no harm: the start is chosen on the forecast unless ``min_nights`` or more scored nights show no gain.
-
-    With a shorter record there is no evidence either way, and the start is chosen on the forecast
-    (what gridshift did before it kept a record).
-    """
-    return nights < min_nights or (share is not None and share > 0.0)

@@ -200,10 +200,29 @@ def serve_plan(loaded: list[tuple[Path, Any]], targets: list[str], monitors: lis
             except Exception as exc:
                 typer.echo(f"gridshift serve: {path}: carbon signal unavailable ({exc}); keeping the stored plan", err=True)
                 continue
-            for run in plan_runs(pol, reading.series, now=now, extra={"deployment": target, "policy_path": str(path)}):
+            gate = _gate(mon, pol, reading, now)
+            for run in plan_runs(pol, reading.series, now=now, extra={"deployment": target, "policy_path": str(path)},
+                                 gate=gate):
                 nominal = datetime.fromisoformat(run.kwargs["nominal_start"])
                 runs.append(replace(run, latest_start=latest_start(nominal, deadline_s=pol.job.deadline_s,
                                                                      work_s=pol.job.expected_duration_s)))
         return runs
 
     return plan
+
+
+def _gate(monitor: Any, policy: Any, reading: Any, now: datetime) -> Callable[[datetime], tuple[Any, str | None]]:
+    """Each occurrence's forecast under the do-no-harm gate (:func:`flows.sources.forecast_choice`)."""
+    from flows.sources import forecast_choice, signal_reading
+    from scheduler.loop.loop import pick_signal
+    from scheduler.planner.inputs import policy_figures
+    from scheduler.run_spec import resolve_run
+
+    spec, said = resolve_run(policy), signal_reading(reading)
+    figures = policy_figures(policy) if spec.planned else []
+
+    def gate(nominal: datetime) -> tuple[Any, str | None]:
+        choice = forecast_choice(monitor, spec, figures, reading, nominal=nominal, now=now)
+        return pick_signal(said, choice, now), (choice.reason if choice.static else None)
+
+    return gate

@@ -35,19 +35,40 @@ def _human(s: dict[str, Any], trace: str) -> str:
     lines = [
         f"gridshift simulate: {s['jobs']} jobs over {trace} ({s['trace_start'][:10]} .. {s['trace_end'][:10]}), "
         f"{s['forecast']} forecast",
-        f"  {'strategy':<52} {'CO2 ' + g_unit:>10} {'saving':>7} {'of oracle':>9} {'energy ' + e_unit:>10} {'misses':>6}",
+        f"  {'strategy':<52} {'CO2 ' + g_unit:>10} {'saving':>7} {'of oracle':>9} {'timing':>7} "
+        f"{'energy ' + e_unit:>10} {'misses':>6}",
     ]
     for name, st in s["strategies"].items():
-        share = st["share_of_oracle_saving"]
+        share, timing = st["share_of_oracle_saving"], st["timing_share"]
         lines.append(f"  {_LABELS.get(name, name):<52} {figure(st['carbon_g'], g_scale):>10} {st['savings_pct']:>6.1f}% "
                      f"{'-' if share is None or name == 'baseline' else f'{share:.0%}':>9} "
+                     f"{'-' if timing is None or name in ('baseline', 'static_efficiency') else f'{timing:.0%}':>7} "
                      f"{figure(st['energy_j'], e_scale):>10} {st['deadline_misses']:>6}")
+    mode, timing = s["shares"]["mode"], s["shares"]["timing"]
+    if s["shares"].get("why_no_shares"):
+        lines.append(f"  no shares: {s['shares']['why_no_shares']}")
+    reserve = s.get("reserve") or {}
+    if reserve.get("nights_into_margin"):
+        lines.append(f"  gridshift ran into its {reserve['margin_s'] / 60:.0f} min deadline margin on {reserve['nights_into_margin']} "
+                     f"night(s), at most {reserve['max_used_s'] / 60:.1f} min of it")
+    lines.append(f"  gridshift's saving, {figure(mode['saving_g'] + timing['saving_g'], g_scale)} {g_unit}: the mode part "
+                 f"{figure(mode['saving_g'], g_scale)} {g_unit} (the frugal mode at the cron time, no carbon data"
+                 + ("" if mode["share"] is None else f": {mode['share']:.0%} of the oracle's saving")
+                 + f") + the timing part {figure(timing['saving_g'], g_scale)} {g_unit}"
+                 + ("" if timing["share"] is None else f" ({timing['share']:.0%} of what perfect timing adds)"))
+    gate = s["gate"]
+    lines.append(f"  do no harm: gridshift planned on a forecast on {gate['on_a_forecast']} of {gate['nights']} nights; on "
+                 "the rest no forecast had yet shown a gain on its record of past nights, so it ran the static plan")
     lines += [
         f"  gridshift: mean start shift {s['mean_delay_s'] / 3600:+.2f} h; mean run {s['mean_duration_gridshift_s'] / 3600:.2f} h "
         f"(baseline {s['mean_duration_baseline_s'] / 3600:.2f} h); modes: "
         + ", ".join(f"{m} {v:.0%}" for m, v in s["mode_share"].items()),
         f"  energy and carbon are modelled {label} ({s['energy_source']}); intensity is the real trace",
     ]
+    gaps = s.get("trace_gaps") or {}
+    if gaps.get("gaps"):
+        lines.append(f"  the trace has {gaps['gaps']} gap(s) of more than {gaps['max_gap_h']:g} h with no data (the longest "
+                     f"{gaps['longest_gap_h']:.1f} h): the {gaps['nights_skipped']} night(s) they touch were skipped")
     if s.get("forecast_coverage") is not None:
         lines.append(f"  the archive covered {s['forecast_coverage']:.1%} of what gridshift's plans asked (each plan's "
                      "horizon to the deadline); the built-in forecaster filled the rest")
@@ -74,7 +95,7 @@ def simulate(
     forecast_file: Annotated[Optional[Path], typer.Option("--forecast-file", help="Forecasts as issued: CSV of issued_at, valid_for, value; each decision sees the newest issued before it.")] = None,
     forecast_column: Annotated[Optional[str], typer.Option("--forecast-column", help="Value column of --forecast-file when it has several.")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="Processes to spread the jobs over (default: one per core); the result is the same.")] = None,
-    pace_error: Annotated[float, typer.Option(min=0.0, max=1.0, help="The planned job runs this much slower than its figures (e.g. 0.083); its plans use the pace seen after one interval. A check of the deadline margin.")] = 0.0,
+    pace_error: Annotated[float, typer.Option(min=0.0, max=1.0, help="Every strategy's job runs this much slower than its figures (e.g. 0.03), so the shares stay comparable; gridshift's plans use the pace seen after one interval. A check of the deadline margin.")] = 0.0,
 ) -> None:
     """Replay the policy's recurring job over a real trace: strategies side by side, up to the exact oracle."""
     if site:
@@ -130,7 +151,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
 
     from backends.simulated import SimulatedBackend
     from carbon.errors import BadTrace
-    from carbon.trace_file import read_trace
+    from carbon.trace_file import TraceCheck, read_trace
     from scheduler.errors import PolicyError
     from scheduler.policy.loader import load_policy
     from carbon.forecasts.issued import read_issued_forecasts
@@ -141,7 +162,10 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     t_begin = time.perf_counter()
     try:
         pol = load_policy(policy)
-        series = read_trace(trace, column=column)
+        check = TraceCheck()
+        series = read_trace(trace, column=column, check=check)
+        for line in check.warnings:
+            typer.echo(f"warning: {line}", err=True)
         if profile is not None:
             modes = figures_for_policy(pol, profile=profile, policy_path=policy)
         else:
@@ -184,6 +208,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         raise fail(f"{trace}: {exc}", EXIT_INPUT) from None
     summary = result.summary()
     summary["trace"] = str(trace)
+    summary["trace_check"] = check.as_dict()
     if coverage is not None:
         summary["forecast_coverage"] = coverage
     if skill is not None:

@@ -66,19 +66,32 @@ class SubmittedRun:
     placement: Placement
 
 
-def _site_forecasts(policy: Policy, now: datetime) -> dict[str, IntensitySeries]:
-    from flows.sources import monitor_for
+def _site_forecasts(policy: Policy, now: datetime, nominal: datetime) -> tuple[dict[str, IntensitySeries], list[str]]:
+    """Each site's forecast under its do-no-harm gate (:func:`flows.sources.forecast_choice`), and the
+    sites whose gate let no forecast move the plan (their series is flat)."""
+    from flows.sources import forecast_choice, monitor_for, signal_reading
+    from scheduler.loop.loop import pick_signal
+    from scheduler.planner.grid import as_series
+    from scheduler.planner.inputs import policy_figures
+    from scheduler.run_spec import resolve_run
 
+    figures = policy_figures(policy)
     out: dict[str, IntensitySeries] = {}
+    static: list[str] = []
     for site in policy.sites:
         monitor = monitor_for(policy_at_site(policy, site.name))
         try:
-            out[site.name] = monitor.read(now).series
+            reading = monitor.read(now)
+            choice = forecast_choice(monitor, resolve_run(policy, site=site.name), figures, reading, nominal=nominal,
+                                     now=now)
         except Exception:  # a site whose signal is down is left out (place_run says so)
             continue
         finally:
             monitor.close()
-    return out
+        out[site.name] = as_series(pick_signal(signal_reading(reading), choice, now))
+        if choice.static:
+            static.append(site.name)
+    return out, static
 
 
 def booking_of_run(placement: Mapping[str, Any], state: str, started: datetime | None, now: datetime) -> Booking:
@@ -156,7 +169,8 @@ def _grid_anchor(policy: Policy, nominal: datetime) -> datetime:
 
 
 def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_now: bool = False,
-                   bookings: Sequence[Booking] = (), forecasts: dict[str, IntensitySeries] | None = None) -> Placement:
+                   bookings: Sequence[Booking] = (), forecasts: dict[str, IntensitySeries] | None = None,
+                   static_sites: Sequence[str] = ()) -> Placement:
     """Site and plan for the occurrence nominally at ``nominal`` (``start_now``: the best site to start at once).
 
     The window is the one :func:`scheduler.planner.inputs.plan_start` gives a run without sites; the mode
@@ -165,7 +179,9 @@ def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_no
     from now, the modes chosen, no room to shift the start. Otherwise the planner's slots lie on the
     cron's grid (its occurrences plus ``earliest_start_s``, in steps of ``rules.slot_s``), starting
     at the first grid point not in the past: a planning run that began a few seconds late still
-    plans starts at 21:00, 21:15, ..., never at 21:00:07.
+    plans starts at 21:00, 21:15, ..., never at 21:00:07. Without ``forecasts`` each site's is read
+    here under its do-no-harm gate; ``static_sites`` (with ``forecasts``): those the gate held to the
+    static plan.
     """
     from scheduler.planner.inputs import policy_figures
 
@@ -176,10 +192,11 @@ def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_no
     deadline = nominal + timedelta(seconds=job.deadline_s) if job.deadline_s is not None else None
     if start_now or deadline is None:
         not_before, deadline = now, None
+    series, static = (forecasts, list(static_sites)) if forecasts is not None else _site_forecasts(policy, now, nominal)
     # the planner lays its slots from the moment it plans at: that is the grid point, when there is one
-    return place_run(policy, forecasts if forecasts is not None else _site_forecasts(policy, now),
-                     policy_figures(policy), now=not_before, not_before=not_before, deadline=deadline,
-                     reference_start=None if deadline is None else max(nominal, not_before), bookings=bookings)
+    return place_run(policy, series, policy_figures(policy), now=not_before, not_before=not_before, deadline=deadline,
+                     reference_start=None if deadline is None else max(nominal, not_before), bookings=bookings,
+                     static_sites=static)
 
 
 def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | None = None,
@@ -197,13 +214,14 @@ def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | 
 
     policy = load_policy(policy_path)
     sites = [s.name for s in policy.sites]
-    forecasts = _site_forecasts(policy, utc(now) if now is not None else datetime.now(timezone.utc))
+    read_at = utc(now) if now is not None else datetime.now(timezone.utc)
+    forecasts, static = _site_forecasts(policy, read_at, utc(nominal) if nominal is not None else read_at)
     with placing_lock(sites):
         # "now" is when this placement got the fleet: a run that waited for the lock is not planned in the past
         now = max(utc(now), datetime.now(timezone.utc)) if now is not None else datetime.now(timezone.utc)
         nominal = utc(nominal) if nominal is not None else now
         placed = plan_placement(policy, nominal=nominal, now=now, start_now=start_now,
-                                bookings=fleet_bookings(sites, now), forecasts=forecasts)
+                                bookings=fleet_bookings(sites, now), forecasts=forecasts, static_sites=static)
         target = site_deployment_name(deployment, placed.site)
         plan = placed.plan
         run = run_deployment(

@@ -21,13 +21,14 @@ from uuid import UUID
 from flows.supervise import SupervisedRun
 from plans.integrations.protocol import CHECKPOINT_DIR_ENV
 from scheduler.store.ledger import gridshift_home
+from scheduler.loop.loop import DEFER_PAUSES_OVER_S
 from scheduler.report import ModeSpan, RunWindow
 
 __all__ = ["CHECKPOINT_DIR_ENV", "DEFER_MIN_S", "RESUME_STATE_VERSION", "checkpoint_dir", "defer_next_window",
            "flow_run_deployment", "next_window_parameters", "resume_state", "resumed_run"]
 
 #: a wait shorter than this is not worth a new flow run: the run waits for it itself
-DEFER_MIN_S = 120.0
+DEFER_MIN_S = DEFER_PAUSES_OVER_S  # the loop's own threshold, so the simulator defers the same pauses
 RESUME_STATE_VERSION = 1
 
 

@@ -21,9 +21,9 @@ from typing import Sequence
 
 import numpy as np
 
-from carbon.series import IntensitySeries, as_utc
+from carbon.series import as_utc
 from scheduler.planner.explain import explain as explain_plan
-from scheduler.planner.grid import slot_intensity
+from scheduler.planner.grid import Signal, signal_end, slot_values
 from scheduler.planner.slot_plan import account, fastest_slots
 from scheduler.planner.solve import choose_quantum, solve_slots
 
@@ -287,13 +287,15 @@ def pace_reserve_holds(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, w
     return bool(np.all(k * slot_s + lag + left * (1.0 + tolerance) / fastest <= left_s + 1e-6))
 
 
-def plan_run(series: IntensitySeries, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
-             objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints()) -> RunPlan:
+def plan_run(series: Signal, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
+             objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints(),
+             explain: bool = True) -> RunPlan:
     """The carbon-optimal plan for ``job`` on the forecast ``series`` (see the module docstring).
 
-    The series is averaged into slots of ``constraints.slot_s`` from ``now``; past its end the last
-    value is carried forward. Without a deadline the horizon is the series' end, stretched when needed
-    so that the slowest mode can finish.
+    ``series`` is an intensity series or values on a grid (:mod:`scheduler.planner.grid`), averaged
+    into slots of ``constraints.slot_s`` from ``now``; past its end the last value is carried forward.
+    Without a deadline the horizon is the series' end, stretched when needed so that the slowest mode
+    can finish. ``explain=False`` skips the sentences (see :func:`plan_slots`).
     """
     if not modes:
         raise ValueError("plan_run needs at least one mode")
@@ -303,9 +305,9 @@ def plan_run(series: IntensitySeries, job: PlanJob, modes: Sequence[ModeFigures]
     if job.deadline is not None:
         end = as_utc(job.deadline)
     else:
-        end = max(series.end if series else now, as_utc(job.not_before))
+        end = max(signal_end(series, now), as_utc(job.not_before))
     lead = max((as_utc(job.not_before) - now).total_seconds(), 0.0)
     need = lead + (job.work_s + job.resume_overhead_s) / slowest + 2 * max(constraints.min_dwell_s, slot)
     n = max(int(math.ceil(max((end - now).total_seconds(), need if job.deadline is None else 0.0) / slot)) + 1, 1)
-    intensity = slot_intensity(series, now, slot, n)
-    return plan_slots(intensity, job, modes, now=now, objective=objective, constraints=constraints)
+    intensity = slot_values(series, now, slot, n)
+    return plan_slots(intensity, job, modes, now=now, objective=objective, constraints=constraints, explain=explain)

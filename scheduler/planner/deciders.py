@@ -25,6 +25,7 @@ from typing import Mapping, Protocol, Sequence
 from carbon.series import IntensitySeries
 from scheduler.planner.thresholds import Decision, ModeState, decide_by_rule
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, Segment, plan_run
+from scheduler.planner.grid import Signal, as_series
 from scheduler.policy.types import AbsoluteRule, Mode, PlanRule, RelativeRule
 from scheduler.run_spec import RunSpec
 
@@ -62,11 +63,11 @@ def plan_inputs(figures: Sequence[ModeFigures], *, rules: PlanRule, constraints:
     return job, replace(constraints, deadline_margin_s=min(constraints.deadline_margin_s, left_s))
 
 
-def plan_work(series: IntensitySeries, figures: Sequence[ModeFigures], *, rules: PlanRule, constraints: PlanConstraints,
+def plan_work(series: Signal, figures: Sequence[ModeFigures], *, rules: PlanRule, constraints: PlanConstraints,
               objective: Objective, pausable: bool, resume_overhead_s: float, now: datetime, work_s: float,
               not_before: datetime, deadline: datetime | None, running_mode: str | None = None,
               running_since: datetime | None = None, resuming: bool = False, start_now: bool = False,
-              reference_start: datetime | None = None, pace_measured: bool = True) -> RunPlan:
+              reference_start: datetime | None = None, pace_measured: bool = True, explain: bool = True) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds, seen at ``now``.
 
     A job without a deadline starts at once: it is planned against the finish of its slowest mode
@@ -75,13 +76,15 @@ def plan_work(series: IntensitySeries, figures: Sequence[ModeFigures], *, rules:
     from ``now`` on, as if the job were already running with its dwell served. ``reference_start``:
     the start a user would pick (the cron time); the plan leaves it only for more than ``min_gain``.
     ``pace_measured=False``: no progress report seen yet, so no pace reserve (see :func:`plan_inputs`).
+    ``series`` is a forecast series or values on a grid (:mod:`scheduler.planner.grid`); ``explain=False``
+    skips the plan's sentences.
     """
     job, constraints = plan_inputs(figures, rules=rules, constraints=constraints, pausable=pausable,
                                    resume_overhead_s=resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
                                    deadline=deadline, running_mode=running_mode, running_since=running_since,
                                    resuming=resuming, start_now=start_now, reference_start=reference_start,
                                    pace_measured=pace_measured)
-    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints)
+    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints, explain=explain)
 
 
 @dataclass
@@ -173,7 +176,7 @@ class Decider(Protocol):
     def resumed(self) -> None:
         """The job starts again after a pause (a resume costs its overhead)."""
 
-    def decide(self, t: datetime, series: IntensitySeries, *, running: str | None, since: datetime | None,
+    def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
                started_before: bool) -> RunPlan:
         """The plan from ``t`` on; ``running``/``since``: the mode in force and since when (None:
         not running); ``started_before``: an earlier window of this job ran."""
@@ -185,8 +188,9 @@ class PlanDecider:
     planned = True
 
     def __init__(self, spec: RunSpec, figures: Sequence[ModeFigures], *, deadline: datetime | None, pausable: bool,
-                 done_s: float = 0.0) -> None:
+                 done_s: float = 0.0, explain: bool = True) -> None:
         self.rules, self.constraints, self.objective = spec.rules, spec.constraints, spec.objective
+        self.explain = explain  # False: plans without their sentences (the simulator reads only the modes)
         self.resume_overhead_s = spec.job.resume_overhead_s
         self.reports_progress, self.interval_s = spec.job.reports_progress, spec.interval_s
         self.notes: list[str] = []
@@ -206,7 +210,7 @@ class PlanDecider:
     def resumed(self) -> None:
         self.tracker.resumed(self.resume_overhead_s)
 
-    def decide(self, t: datetime, series: IntensitySeries, *, running: str | None, since: datetime | None,
+    def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
                started_before: bool) -> RunPlan:
         # the flow run's start has come (deploy/serve chose it, or the user ran it now): a job that
         # cannot pause starts at once, and the plan chooses its modes
@@ -223,7 +227,7 @@ class PlanDecider:
                          resume_overhead_s=self.resume_overhead_s, now=t, work_s=self.tracker.left_s, not_before=t,
                          deadline=self.deadline, running_mode=running, running_since=since,
                          start_now=not started_before and not self.pausable,
-                         resuming=started_before and running is None, pace_measured=measured)
+                         resuming=started_before and running is None, pace_measured=measured, explain=self.explain)
 
 
 class ThresholdDecider:
@@ -283,8 +287,9 @@ class ThresholdDecider:
             if m != clean and wall >= self.interval_s and work > 0:
                 self.factors[m] = max(wall / work / base, 1.0)
 
-    def decide(self, t: datetime, series: IntensitySeries, *, running: str | None, since: datetime | None,
+    def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
                started_before: bool) -> RunPlan:
+        series = as_series(series)
         if running is None and self.first is not None:  # the flow's opening decision (first_decision)
             decision = self.first
         else:
@@ -308,14 +313,14 @@ def first_decision(rule: AbsoluteRule | RelativeRule, modes: Mapping[str, Mode],
 
 def make_decider(spec: RunSpec, figures: Sequence[ModeFigures], *, deadline: datetime | None, pausable: bool,
                  done_s: float = 0.0, first: Decision | None = None,
-                 slowdown: Mapping[str, float] | None = None) -> Decider:
+                 slowdown: Mapping[str, float] | None = None, explain: bool = True) -> Decider:
     """The spec's decider: the planner, or its threshold rules (``slowdown`` overrides the figures'
     time factors; ``first``: the opening decision, see :func:`first_decision`; without it the
     opening decision is made like every later one, on the guard)."""
     if spec.planned:
         if not figures:
             raise ValueError("the planner needs the modes' figures (RunSpec.mode_figures)")
-        return PlanDecider(spec, figures, deadline=deadline, pausable=pausable, done_s=done_s)
+        return PlanDecider(spec, figures, deadline=deadline, pausable=pausable, done_s=done_s, explain=explain)
     rule = spec.rules
     assert isinstance(rule, (AbsoluteRule, RelativeRule))
     factors = dict(slowdown) if slowdown else {}

@@ -7,20 +7,20 @@ deploy``/``serve``, placement and the nightly flow plan with the objective, the 
 no-deadline rule of the run itself.
 
 :func:`plan_start` answers "when should the occurrence nominally at ``nominal`` start": the start of
-the planner's plan (threshold policies, ``rules.kind: absolute|relative``, keep the start-time
-shifting of :func:`scheduler.planner.thresholds.decide`); :func:`gate_start` keeps the cron start instead when
-the forecast's record shows no start gain (do no harm). :func:`plan_runs` lists the coming
-occurrences of a recurring job for ``gridshift serve``.
+the planner's plan on the forecast the do-no-harm gate chose (:mod:`scheduler.loop.gate`), or the
+cron start when it chose none (threshold policies, ``rules.kind: absolute|relative``, keep the
+start-time shifting of :func:`scheduler.planner.thresholds.decide`). :func:`plan_runs` lists the
+coming occurrences of a recurring job for ``gridshift serve``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from carbon.series import IntensitySeries
-from carbon.forecasts.skill import trusts_start
+from scheduler.planner.grid import Signal, as_series
 from scheduler.planner.thresholds import Decision, decide
 from scheduler.planner.deciders import plan_work
 from scheduler.run_spec import resolve_run, rule_constraints
@@ -29,7 +29,7 @@ from scheduler.policy.cron import next_runs
 from scheduler.policy.types import JobSpec, PlanRule, Policy
 from scheduler.service.serve import PlannedRun, nominal_runs
 
-__all__ = ["StartChoice", "gate_start", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
+__all__ = ["StartChoice", "occurrence_for", "plan_start", "plan_runs", "plan_policy_job", "plan_constraints",
            "plans_with_planner", "policy_figures", "run_key"]
 
 
@@ -65,7 +65,7 @@ def plan_constraints(policy: Policy) -> PlanConstraints:
 
 def plan_policy_job(
     policy: Policy,
-    series: IntensitySeries,
+    series: Signal,
     figures: Sequence[ModeFigures],
     *,
     now: datetime,
@@ -127,19 +127,25 @@ def policy_figures(policy: Policy, *, backend: Any = None, profile: Any = None,
                                                                       all_limits=all_limits)
 
 
-def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime,
-               figures: Sequence[ModeFigures] | None = None) -> StartChoice:
+def plan_start(policy: Policy, series: Signal, *, nominal: datetime, now: datetime,
+               figures: Sequence[ModeFigures] | None = None, static: str | None = None) -> StartChoice:
     """When (and in which mode) the occurrence nominally at ``nominal`` should start, seen at ``now``.
 
     The job may start from ``max(now, nominal + earliest_start_s)`` and must end by ``nominal +
     deadline_s``. ``figures`` default to :func:`policy_figures` (the GPU model's, without a device).
+    ``series`` is the forecast the do-no-harm gate chose (:func:`scheduler.loop.gate.choose_forecast`);
+    ``static`` (the gate's reason) when it chose none: then the cron start is kept and the run plans
+    its modes on no forecast (the static plan).
     """
     job = policy.job
     earliest = max(now, nominal + timedelta(seconds=job.earliest_start_s))
     deadline = nominal + timedelta(seconds=job.deadline_s) if job.deadline_s is not None else None
     if not plans_with_planner(policy):
-        d = _threshold_start(policy, series, nominal=nominal, now=now, earliest=earliest, deadline=deadline)
+        d = _threshold_start(policy, as_series(series), nominal=nominal, now=now, earliest=earliest, deadline=deadline)
         return StartChoice(start_at=d.start_at, mode=d.mode, reason=d.reason)
+    if static is not None:
+        return StartChoice(start_at=max(nominal, earliest), mode=policy.rules.clean_mode,
+                           reason=f"the cron start is kept: {static}; the run plans its modes on no forecast")
     if deadline is None:
         earliest = max(now, nominal)
     plan = plan_policy_job(policy, series, figures if figures is not None else policy_figures(policy), now=now,
@@ -147,19 +153,6 @@ def plan_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, no
                            reference_start=max(nominal, earliest))
     first_mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode
     return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=plan.reason, plan=plan)
-
-
-def gate_start(choice: StartChoice, *, share: float | None, nights: int, nominal: datetime, now: datetime,
-               clean_mode: str) -> StartChoice:
-    """Do no harm: ``choice`` unless the forecast's record shows no start gain (``nights`` scored
-    nights, of which it captured ``share`` of the perfect-foresight start gain; see
-    :func:`carbon.forecasts.skill.trusts_start`); then the cron start is kept and the run still chooses its modes."""
-    if trusts_start(share, nights):
-        return choice
-    return StartChoice(start_at=max(nominal, now), mode=clean_mode,
-                       reason=f"the cron start is kept: over {nights} nights the fused forecast captured "
-                              f"{share or 0.0:.0%} of the possible start gain (do no harm); "
-                              "the run still chooses its modes")
 
 
 def _threshold_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime, earliest: datetime,
@@ -172,9 +165,14 @@ def _threshold_start(policy: Policy, series: IntensitySeries, *, nominal: dateti
                   remaining_work_s=job.expected_duration_s)
 
 
-def plan_runs(policy: Policy, series: IntensitySeries, *, now: datetime, horizon: timedelta = timedelta(days=1),
-              extra: dict[str, Any] | None = None, figures: Sequence[ModeFigures] | None = None) -> list[PlannedRun]:
-    """The runs of ``policy``'s recurring job whose window is open within ``horizon`` of ``now``."""
+def plan_runs(policy: Policy, series: Signal, *, now: datetime, horizon: timedelta = timedelta(days=1),
+              extra: dict[str, Any] | None = None, figures: Sequence[ModeFigures] | None = None,
+              gate: Callable[[datetime], tuple[Signal, str | None]] | None = None) -> list[PlannedRun]:
+    """The runs of ``policy``'s recurring job whose window is open within ``horizon`` of ``now``.
+
+    ``gate(nominal)``: the forecast the do-no-harm gate lets that occurrence plan on and, when it
+    lets none, its reason (see :func:`plan_start`); without it every occurrence plans on ``series``.
+    """
     job = policy.job
     if job.cron is None:
         return []
@@ -183,7 +181,8 @@ def plan_runs(policy: Policy, series: IntensitySeries, *, now: datetime, horizon
     out: list[PlannedRun] = []
     for nominal in nominal_runs(job.cron, now, earliest_start_s=job.earliest_start_s,
                                 deadline_s=job.deadline_s or job.expected_duration_s, horizon=horizon, tz=job.timezone):
-        d = plan_start(policy, series, nominal=nominal, now=now, figures=figures)
+        signal, static = gate(nominal) if gate is not None else (series, None)
+        d = plan_start(policy, signal, nominal=nominal, now=now, figures=figures, static=static)
         out.append(PlannedRun(key=run_key(policy, nominal), run_at=d.start_at,
                               kwargs={**(extra or {}), "nominal_start": nominal.isoformat(),
                                       "planned_start": d.start_at.isoformat()},

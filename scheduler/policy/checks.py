@@ -92,7 +92,7 @@ def carbon_source_problems(source: CarbonSource, loc: tuple[str | int, ...]) -> 
         return problems
     opts = source.options
     if source.provider == "trace":
-        problems += _trace_problems(opts, (*loc, "options"))
+        problems += _trace_problems(opts, source.zone, loc)
     elif source.provider == "static" and opts.get("country") is not None:
         from carbon.providers.static import country_intensity
 
@@ -103,11 +103,12 @@ def carbon_source_problems(source: CarbonSource, loc: tuple[str | int, ...]) -> 
     return problems
 
 
-def _trace_problems(opts: dict[str, Any], loc: tuple[str | int, ...]) -> list[Problem]:
-    from carbon.errors import BadTrace
-    from carbon.providers.trace import load_sample_trace
+def _trace_problems(opts: dict[str, Any], zone: str | None, source_loc: tuple[str | int, ...]) -> list[Problem]:
+    from carbon.errors import BadTrace, UnknownZone
+    from carbon.providers.trace import find_zone_trace, load_sample_trace, read_zone_trace
     from carbon.trace_file import read_trace
 
+    loc = (*source_loc, "options")
     column = opts.get("column")
     if column is not None and not isinstance(column, str):
         return [Problem((*loc, "column"), f"column must be a column name, got {column!r}")]
@@ -118,8 +119,12 @@ def _trace_problems(opts: dict[str, Any], loc: tuple[str | int, ...]) -> list[Pr
         # a relative path left here is read against the current directory, exactly as the run will read it
         if path is not None:
             read_trace(path, column=column)
+        elif zone:
+            read_zone_trace(find_zone_trace(zone, opts.get("trace_dir")), column)
         elif column is not None:
             load_sample_trace(column)
+    except UnknownZone as exc:
+        return [Problem((*source_loc, "zone"), str(exc))]
     except BadTrace as exc:
         # "no column named ..." is the column's fault; anything else (missing file, bad rows) the path's
         at = "column" if column is not None and (path is None or "no column named" in str(exc)) else "path"

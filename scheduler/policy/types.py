@@ -151,6 +151,7 @@ class PlanRule(_RuleBase):
     deadline_margin_s: float = Field(default=900.0, ge=0, description="plan to finish this long before the deadline (dropped when it leaves no room)")
     slot_s: float = Field(default=300.0, gt=0, description="planning resolution: the plan may change mode or pause at these steps")
     min_gain: float = Field(default=0.0, ge=0, lt=1, description="move the start off the cron time only when the forecast promises at least this relative gain (default 0: act on the forecast's expected value; raise it for a forecast you trust less)")
+    forecast_gate: bool = Field(default=True, description="do no harm: leave the static plan (cron start, frugal modes) only as far as the forecast's record of past nights shows it pays (docs/scheduling.md); false plans on the forecast from the first night")
 
 
 def _rule_kind(v: Any) -> str:

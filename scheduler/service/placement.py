@@ -166,7 +166,7 @@ class _Ask:
 
 
 def _plan_at_site(site: Site, series: IntensitySeries, ask: _Ask, modes: Sequence[ModeFigures],
-                  bookings: Sequence[Booking]) -> SitePlan:
+                  bookings: Sequence[Booking], *, static: bool = False) -> SitePlan:
     gpus = ask.policy.job.gpus
     allowed = modes_at_site(site, modes, gpus)
     if not allowed:
@@ -175,6 +175,8 @@ def _plan_at_site(site: Site, series: IntensitySeries, ask: _Ask, modes: Sequenc
     full = _full_intervals(site, gpus, _node_bookings(site, bookings))
     masked = _masked(series, full)
     not_before = ask.not_before
+    if static and ask.reference_start is not None:  # the static plan: the cron start (the gate let no forecast move it)
+        not_before = max(not_before, ask.reference_start)
     if ask.deadline is None:  # meant to start now: behind the runs already waiting in line for this node
         not_before = max([not_before] + [b.start for b in bookings if b.site == site.name and b.queued])
     plan = ask.plan(masked, allowed, not_before)
@@ -196,13 +198,15 @@ def _plan_at_site(site: Site, series: IntensitySeries, ask: _Ask, modes: Sequenc
 
 def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], modes: Sequence[ModeFigures], *,
               now: datetime, not_before: datetime, deadline: datetime | None, work_s: float | None = None,
-              reference_start: datetime | None = None, bookings: Sequence[Booking] = ()) -> Placement:
+              reference_start: datetime | None = None, bookings: Sequence[Booking] = (),
+              static_sites: Sequence[str] = ()) -> Placement:
     """Choose the site of ``policy.sites`` and the plan (start and modes) for its job together; see the module docstring.
 
     ``work_s`` defaults to ``job.expected_duration_s``; ``not_before``, ``deadline`` and
     ``reference_start`` are as for :func:`scheduler.planner.inputs.plan_policy_job`. ``series_by_site``
-    holds each site's forecast; a site without one is left out (and said so). Raises ValueError when
-    no site can run the job at all.
+    holds each site's forecast; a site without one is left out (and said so). ``static_sites``: sites
+    whose do-no-harm gate let no forecast move the plan (their series is flat): they start at
+    ``reference_start``. Raises ValueError when no site can run the job at all.
     """
     sites = policy.sites
     ask = _Ask(policy, policy.job.expected_duration_s if work_s is None else work_s, not_before, deadline,
@@ -213,7 +217,8 @@ def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], mod
         if site.name not in series_by_site:
             plans.append(SitePlan(site.name, None, None, False, f"{site.name}: no carbon forecast, left out"))
             continue
-        plans.append(_plan_at_site(site, series_by_site[site.name], ask, modes, bookings))
+        plans.append(_plan_at_site(site, series_by_site[site.name], ask, modes, bookings,
+                                   static=site.name in static_sites))
     price = {s.name: s.price_per_gpu_h for s in sites}
     order = {s.name: i for i, s in enumerate(sites)}
     usable = [p for p in plans if p.plan is not None]

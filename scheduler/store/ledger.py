@@ -19,21 +19,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from carbon.paths import gridshift_home  # re-exported: every room reads the home folder alike
 from carbon.sqlite_file import connect_wal
 from scheduler.errors import LedgerError
 
 __all__ = ["gridshift_home", "Ledger", "LEDGER_SCHEMA_VERSION", "private_dir", "private_file"]
 
 LEDGER_SCHEMA_VERSION = 1
-
-
-def gridshift_home() -> Path:
-    """``$GRIDSHIFT_HOME`` or the user's data directory."""
-    env = os.environ.get("GRIDSHIFT_HOME")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "gridshift"
 
 
 def private_dir(path: Path) -> Path:

@@ -210,17 +210,30 @@ class Backwards(Forecasting):
 
 
 def test_the_gate_closes_on_a_record_without_gain_and_stays_open_on_a_good_one() -> None:
-    from carbon.forecasts.scorecard import scorecard
-    from carbon.forecasts.skill import StartWindow, trusts_start
+    """The product's gate on the archive's record: a forecast with the night upside down is never planned on."""
+    from scheduler.loop.archive_record import archive_records
+    from scheduler.loop.gate import NightPlanner, choose_forecast
+    from scheduler.planner import ModeFigures
+    from scheduler.policy.types import Policy
+    from scheduler.run_spec import resolve_run
 
-    window = StartWindow(reference=4, starts=tuple(range(9)), length=3)
-    for provider, trusted in ((Backwards, False), (Forecasting, True)):
+    policy = Policy.model_validate({
+        "carbon": {"provider": "trace"}, "modes": {"speed": {}, "efficiency": {"power_limit_fraction": 0.7}},
+        "rules": {"kind": "plan", "slot_s": 3600, "interval_s": 3600, "min_dwell_s": 3600, "deadline_margin_s": 0},
+        "job": {"name": "n", "command": ["true"], "expected_duration_s": 3 * 3600, "cron": "0 10 * * *",
+                "earliest_start_s": -4 * 3600, "deadline_s": 7 * 3600},
+        "backend": {"name": "simulated"}})
+    planner = NightPlanner(resolve_run(policy), [ModeFigures("speed", 300.0, 1.0), ModeFigures("efficiency", 210.0, 0.8)])
+    nominal = T0 + timedelta(days=9, hours=10)
+    for provider, trusted in ((Backwards, None), (Forecasting, "fc")):
         archive = ForecastArchive(":memory:")
         monitor = CarbonMonitor([SourceSpec("fc", provider)], archive=archive, forecast_horizon=timedelta(hours=12),
                                 learn_window=timedelta(days=2), history_window=timedelta(hours=1), forecaster=None)
         for h in range(0, 24 * 9, 3):  # reads every 3 h, each fetching the history since the last
             monitor.read(T0 + timedelta(hours=h))
-        card = scorecard(archive, provider="fc", zone="Z", now=T0 + timedelta(days=9), origin_hour=6, window=window)
-        assert card.nights >= 7
-        assert trusts_start(card.start_gain_share, card.nights) is trusted
+        records = archive_records(archive, planner, labels=["fc"], zone="Z", nominal=nominal, now=nominal)
+        assert records[0].nights >= 7
+        choice = choose_forecast(records)
+        assert choice.label == trusted, choice.reason
         monitor.close()
+

@@ -75,8 +75,8 @@ def test_start_gain_share_scores_the_start_choice_not_the_level() -> None:
 
 def test_the_sentence_names_the_forecast_and_its_record() -> None:
     s = ForecastSkill(label="fused", nights=28, start_gain_share=0.91, rank_correlation=0.74, mape_pct=8.1,
-                      bias_g_per_kwh=-2.0, weights={"dacf.csv": 0.8, "history": 0.2}, trusted_start=False)
+                      bias_g_per_kwh=-2.0, weights={"dacf.csv": 0.8, "history": 0.2})
     text = s.sentence()
     assert text.startswith("fused forecast (dacf.csv 80 %, history 20 %".replace(" %", "%"))
-    assert "28 nights" in text and "91%" in text and "cron start is kept" in text
+    assert "28 nights" in text and "91%" in text and "rank correlation 0.74" in text
     assert s.as_dict()["sentence"] == text

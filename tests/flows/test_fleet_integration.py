@@ -61,7 +61,7 @@ carbon: {{provider: trace, options: {{path: "{traces[SITES[0]]}", replay: aligne
 modes:
   speed: {{power_limit_fraction: 1.0}}
   efficiency: {{power_limit_fraction: 0.7, max_slowdown: 0.3}}
-rules: {{kind: plan, slot_s: {STEP_S}, min_dwell_s: 0, deadline_margin_s: 0, min_gain: 0, interval_s: 60}}
+rules: {{kind: plan, slot_s: {STEP_S}, min_dwell_s: 0, deadline_margin_s: 0, min_gain: 0, interval_s: 60, forecast_gate: false}}
 job:
   name: {name}
   command: [{sys.executable}, -c, "import time; time.sleep(8)"]
@@ -233,7 +233,7 @@ carbon: {{provider: trace, options: {{path: "{traces[SITES_19[0]]}", replay: ali
 modes:
   speed: {{power_limit_fraction: 1.0}}
   efficiency: {{power_limit_fraction: 0.7, max_slowdown: 0.3}}
-rules: {{kind: plan, slot_s: 10, min_dwell_s: 0, deadline_margin_s: 0, min_gain: 0, interval_s: 60}}
+rules: {{kind: plan, slot_s: 10, min_dwell_s: 0, deadline_margin_s: 0, min_gain: 0, interval_s: 60, forecast_gate: false}}
 objective: {{time_value_g_per_h: 1000}}
 job:
   name: {name}

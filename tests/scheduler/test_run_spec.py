@@ -8,7 +8,6 @@ from pathlib import Path
 from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.planner.deciders import ThresholdDecider, make_decider
 from scheduler.planner.thresholds import ModeState, decide
-from scheduler.planner.inputs import StartChoice, gate_start
 from scheduler.policy.loader import load_policy, parse_policy
 from scheduler.run_spec import resolve_run
 
@@ -66,10 +65,13 @@ def test_threshold_rules_answer_with_an_open_ended_plan_of_decide_s_choice() -> 
     assert switched.segments[0].mode == expect.mode == "speed"
 
 
-def test_the_start_gate_keeps_the_cron_start_only_on_a_record_of_no_gain() -> None:
-    choice = StartChoice(start_at=T0 + timedelta(hours=3), mode="efficiency", reason="planned")
-    now, nominal = T0, T0 + timedelta(hours=1)
-    assert gate_start(choice, share=0.4, nights=20, nominal=nominal, now=now, clean_mode="speed") is choice
-    assert gate_start(choice, share=None, nights=2, nominal=nominal, now=now, clean_mode="speed") is choice  # no evidence yet
-    kept = gate_start(choice, share=0.0, nights=20, nominal=nominal, now=now, clean_mode="speed")
-    assert kept.start_at == nominal and kept.mode == "speed" and "do no harm" in kept.reason
+def test_a_closed_gate_keeps_the_cron_start_and_says_why() -> None:
+    from scheduler.planner.inputs import plan_start
+    from scheduler.policy.loader import load_policy
+
+    policy = load_policy(Path(__file__).resolve().parents[2] / "examples" / "nightly.yaml")
+    nominal = T0 + timedelta(hours=4)
+    kept = plan_start(policy, IntensitySeries.of([]), nominal=nominal, now=T0, static="no record yet")
+    assert kept.start_at == nominal and kept.mode == "speed" and kept.plan is None
+    assert "cron start is kept: no record yet" in kept.reason
+

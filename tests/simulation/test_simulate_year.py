@@ -71,13 +71,18 @@ def test_resample_carries_values_over_gaps():
 def test_perfect_forecast_gridshift_is_near_the_oracle(nightly_policy):
     from scheduler.policy.types import PlanRule
 
-    series = _synthetic(days=12)
+    series = _synthetic(days=20)
     # the planner itself, with no min gain: only margin and dwell stand between it and the oracle
     policy = nightly_policy.model_copy(update={"rules": PlanRule(min_gain=0.0, slot_s=1800, interval_s=1800, min_dwell_s=1800)})
-    s = simulate(policy, series, MODEL, PerfectForecaster()).summary()
-    st = s["strategies"]
+    res = simulate(policy, series, MODEL, PerfectForecaster())
+    st = res.summary()["strategies"]
     assert st["gridshift"]["carbon_g"] <= st["static_efficiency"]["carbon_g"] + 1e-6
-    assert st["gridshift"]["share_of_oracle_saving"] >= 0.85  # margin and dwell cost the rest
+    # do no harm: the static plan until a week of nights shows the forecast's gain, the forecast from then on
+    trusted = [k for k, j in enumerate(res.gridshift) if j.planned_on]
+    assert trusted == list(range(7, len(res.gridshift)))
+    assert all(j.carbon_g == pytest.approx(s.carbon_g) for j, s in zip(res.gridshift[:7], res.outcomes["static_efficiency"]))
+    base, gs, best = (sum(res.outcomes[n][k].carbon_g for k in trusted) for n in ("baseline", "gridshift", "oracle"))
+    assert (base - gs) / (base - best) >= 0.85  # margin and dwell cost the rest
 
 
 def test_issued_forecasts_are_read_as_of_each_decision(tmp_path):

@@ -1,0 +1,139 @@
+"""The ``simulate --json`` object: every strategy's grams, joules and shares, and gridshift's saving in two parts.
+
+The **mode part** is static efficiency (the frugal mode at the cron time: no carbon data) against the
+reference mode at the cron time; the **timing part** is ``(static efficiency - gridshift) /
+(static efficiency - oracle)``, what the forecasts and the orchestration add, with grams saved.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from scheduler.planner import ModeFigures
+from scheduler.planner.mode_figures import DECLARED
+from simulation.strategies import JobOutcome
+
+if TYPE_CHECKING:
+    from simulation.simulate import SimulationResult
+
+__all__ = ["summarise"]
+
+
+def summarise(result: "SimulationResult") -> dict[str, Any]:
+    """The ``--json`` object of ``result`` (grams, joules, seconds; energy and carbon modelled)."""
+
+    def tot(jobs: list[JobOutcome], attr: str) -> float:
+        return float(sum(getattr(j, attr) for j in jobs))
+
+    base_g = tot(result.outcomes["baseline"], "carbon_g")
+    pct = (lambda x: 100.0 * (1.0 - x / base_g) if base_g > 0 else 0.0)
+    n = len(result.outcomes["baseline"])
+    oracle_g = tot(result.outcomes["oracle"], "carbon_g")
+    oracle_saving = base_g - oracle_g
+    static_g = tot(result.outcomes["static_efficiency"], "carbon_g")
+    timing_room = static_g - oracle_g  # what perfect timing adds to the frugal mode at the cron time
+    strategies: dict[str, Any] = {}
+    for name, jobs in result.outcomes.items():
+        g = tot(jobs, "carbon_g")
+        strategies[name] = {
+            "carbon_g": g,
+            "savings_pct": pct(g),
+            "share_of_oracle_saving": (base_g - g) / oracle_saving if oracle_saving > 0 else None,
+            "timing_saving_g": static_g - g,
+            "timing_share": (static_g - g) / timing_room if timing_room > 0 else None,
+            "energy_j": tot(jobs, "energy_j"),
+            "deadline_misses": sum(j.late for j in jobs),
+            "mean_delay_s": float(np.mean([j.start_s - j.nominal_s for j in jobs])) if n else 0.0,
+            "mean_duration_s": float(np.mean([j.end_s - j.start_s for j in jobs])) if n else 0.0,
+            "mode_share": _mode_share(jobs),
+        }
+    # a share needs its references on time: a late static efficiency (a job slower than its figures,
+    # --pace-error) saves grams by missing its deadline, and no share against it compares
+    late = [name for name in ("baseline", "static_efficiency", "oracle") if strategies[name]["deadline_misses"]]
+    if late:
+        for st in strategies.values():
+            st["share_of_oracle_saving"] = st["timing_share"] = None
+    gs = strategies["gridshift"]
+    shares = {  # gridshift's saving in two parts (see docs/scheduling.md, "Two shares")
+        "mode": {"saving_g": base_g - static_g,
+                 "share": (base_g - static_g) / oracle_saving if oracle_saving > 0 else None,
+                 "what": "static efficiency (the frugal mode at the cron time, no carbon data) against the "
+                         "reference mode at the cron time"},
+        "timing": {"saving_g": gs["timing_saving_g"], "share": gs["timing_share"],
+                   "what": "(static efficiency - gridshift) / (static efficiency - oracle): what the forecasts "
+                           "and the orchestration add"},
+    }
+    if late:
+        shares["mode"]["share"] = None
+        shares["why_no_shares"] = (f"{', '.join(late)} missed deadlines (the job runs slower than its figures): no share "
+                                   "against a late reference compares")
+    s = strategies
+    return {
+        "jobs": n,
+        "baseline_g": s["baseline"]["carbon_g"],
+        "gridshift_g": s["gridshift"]["carbon_g"],
+        "oracle_g": s["oracle"]["carbon_g"],
+        "savings_pct": s["gridshift"]["savings_pct"],
+        "oracle_savings_pct": s["oracle"]["savings_pct"],
+        "deadline_misses": s["gridshift"]["deadline_misses"],
+        "oracle_deadline_misses": s["oracle"]["deadline_misses"],
+        "energy_baseline_j": s["baseline"]["energy_j"],
+        "energy_gridshift_j": s["gridshift"]["energy_j"],
+        "energy_oracle_j": s["oracle"]["energy_j"],
+        "mean_delay_s": s["gridshift"]["mean_delay_s"],
+        "mean_duration_baseline_s": s["baseline"]["mean_duration_s"],
+        "mean_duration_gridshift_s": s["gridshift"]["mean_duration_s"],
+        "mode_share": s["gridshift"]["mode_share"],
+        "shares": shares,
+        "gate": _gate_summary(result.outcomes["gridshift"]),
+        "reserve": _reserve_used(result),
+        "strategies": strategies,
+        "forecast": result.forecast,
+        "step_s": result.step_s,
+        "trace_start": result.t0.isoformat(),
+        "trace_end": (result.t0 + timedelta(seconds=result.step_s * len(result.values))).isoformat(),
+        "modelled": True,
+        "figures_measured": all(m.measured for m in result.modes),
+        "figures_kind": _figures_kind(result.modes),
+        "energy_source": "; ".join(sorted({m.source for m in result.modes})),
+        "mode_power_w": {m.name: m.power_w for m in result.modes},
+        "mode_speed": {m.name: m.speed for m in result.modes},
+        "mode_slowdown": {m.name: 1.0 / m.speed for m in result.modes},
+        "mode_source": {m.name: m.source for m in result.modes},
+        **result.extra,
+    }
+
+
+def _reserve_used(result: "SimulationResult") -> dict[str, Any]:
+    """How far into its deadline margin gridshift's job ran (s; the margin is a pace reserve or idle time)."""
+    margin = float((result.extra.get("deadline_margin") or {}).get("margin_s", 0.0))
+    used = [max(j.end_s - (j.deadline_s - margin), 0.0) for j in result.outcomes["gridshift"]]
+    return {"margin_s": margin, "nights_into_margin": sum(1 for u in used if u > 1e-6),
+            "max_used_s": max(used, default=0.0), "mean_used_s": float(np.mean(used)) if used else 0.0}
+
+
+def _gate_summary(jobs: list[JobOutcome]) -> dict[str, Any]:
+    """On how many nights the do-no-harm gate let gridshift plan on a forecast, and on which."""
+    by: dict[str, int] = {}
+    for j in jobs:
+        by[j.planned_on or "static plan"] = by.get(j.planned_on or "static plan", 0) + 1
+    return {"nights": len(jobs), "on_a_forecast": sum(1 for j in jobs if j.planned_on), "by_choice": by}
+
+
+def _figures_kind(modes: Sequence[ModeFigures]) -> str:
+    """measured, declared (typed by hand, :data:`scheduler.planner.mode_figures.DECLARED`) or modelled."""
+    if all(m.measured for m in modes):
+        return "measured"
+    return DECLARED if any(m.source.startswith(DECLARED) for m in modes) else "modelled"
+
+
+def _mode_share(jobs: list[JobOutcome]) -> dict[str, float]:
+    mode_s: dict[str, float] = {}
+    for j in jobs:
+        for a, b, m in j.spans:
+            mode_s[m] = mode_s.get(m, 0.0) + (b - a)
+    total = sum(mode_s.values()) or 1.0
+    return {m: v / total for m, v in sorted(mode_s.items())}
