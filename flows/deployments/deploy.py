@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 from uuid import UUID
 
+from flows.fleet.names import HEARTBEAT_TAG, site_deployment_name
+
 if TYPE_CHECKING:  # Prefect is imported when a deployment is made, not when the CLI starts
     from prefect.schedules import Schedule
 
@@ -40,8 +42,6 @@ RECORD_ENTRYPOINT = "flows/deployments/fleet_runs.py:record_crashed_run"
 HEARTBEAT_S = 30
 #: a site run whose heartbeats stopped this long ago is marked Crashed (three missed beats)
 CRASH_AFTER_S = 90
-#: site deployments and placed runs carry it; the mark-crashed automation watches only runs with it
-HEARTBEAT_TAG = "gridshift-heartbeat"
 #: the one automation (server-wide) that marks heartbeat-less gridshift runs Crashed
 MARK_CRASHED = "gridshift: mark site runs crashed when their heartbeats stop"
 
@@ -181,9 +181,9 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     one line per deployment replaced, per limit created or resized and per automation created.
     """
     from flows.deployments.fleet_runs import record_crashed_run
-    from flows.fleet.gpus import ensure_limits, gpu_limit_name
+    from flows.fleet.gpus import ensure_limits
+    from flows.fleet.names import gpu_limit_name, placing_limit_name
     from flows.nightly import nightly_retrain
-    from flows.fleet.placing import placing_limit_name
     from scheduler.errors import PolicyError
     from scheduler.policy.loader import load_policy
 
@@ -297,11 +297,6 @@ def _ensure_crash_automations(site_deployments: list[UUID], recorder: UUID, reco
             if not existing:
                 lines.append(f"created automation '{automation.name}'")
     return lines
-
-
-def site_deployment_name(deployment: str, site: str) -> str:
-    """The deployment that runs ``deployment``'s job at ``site`` (on the site's pool and queue)."""
-    return f"{deployment}-{site}"
 
 
 def trigger_deployment(*, key: str, deployment: str, planned_start: str | None = None,

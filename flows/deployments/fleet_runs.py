@@ -86,7 +86,7 @@ def record_crashed_run(flow_run_id: str, job: str, policy_path: str, ledger_path
     from prefect.client.orchestration import get_client
 
     from flows.run.artifacts import artifact_key, report_markdown
-    from flows.fleet.placing import utc
+    from flows.fleet.names import utc
     from scheduler.store.ledger import Ledger
 
     logger = get_run_logger()

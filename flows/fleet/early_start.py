@@ -89,7 +89,8 @@ def start_queued_early(site: Site, *, finished_run_id: str, now: datetime | None
     from prefect.states import Scheduled
 
     from flows.fleet.gpus import gpu_limit_name, room_for
-    from flows.fleet.placing import placing_lock, utc
+    from flows.fleet.names import utc
+    from flows.fleet.placing import placing_lock
 
     now = utc(now) if now is not None else datetime.now(timezone.utc)
     if _choose(site, finished_run_id, now) is None:

@@ -21,6 +21,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from flows.fleet.names import utc
+
 __all__ = ["PlaceInLine", "WAITING_TAG_PREFIX", "WaitingLine", "place_in_line", "place_of_run", "waiting_line",
            "waiting_tag"]
 
@@ -44,8 +46,6 @@ def waiting_tag(limit: str) -> str:
 def place_in_line(flow_run_id: str, parameters: Mapping[str, Any], *, scheduled: datetime,
                   created: datetime) -> PlaceInLine:
     """A flow run's place in line: its placement's booked start and placing time, else Prefect's own times."""
-    from flows.fleet.placing import utc
-
     placement = parameters.get("placement") or {}
     start, placed_at = placement.get("start"), placement.get("placed_at")
     return PlaceInLine(booked_start=utc(datetime.fromisoformat(start)) if start else utc(scheduled),

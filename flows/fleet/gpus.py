@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import IO
 
 from flows.fleet.gpu_line import WaitingLine, waiting_line
+from flows.fleet.names import GPU_LIMIT_PREFIX, gpu_limit_name
 
 __all__ = ["GpuHold", "GpusBusy", "GPU_LEASE_S", "GPU_LIMIT_PREFIX", "SLOT_POLL_S", "ensure_limits", "gpu_limit_name",
            "hold_gpus", "pin_environment", "room_for", "take_slots"]
 
-GPU_LIMIT_PREFIX = "gridshift-gpus-"
 #: Prefect's shortest lease: a node that died gives its GPU slots back at most this long after
 GPU_LEASE_S = 60.0
 #: how often a waiter asks again for slots that are taken (plus up to half as much jitter, so waiters
@@ -64,11 +64,6 @@ class GpuHold:
     def as_report(self) -> dict[str, object]:
         return {"site": self.site, "gpu_limit": self.limit, "gpus": list(self.devices),
                 "gpus_asked_at": self.asked_at.isoformat(), "gpus_acquired_at": self.acquired_at.isoformat()}
-
-
-def gpu_limit_name(site: str) -> str:
-    """The global concurrency limit that counts the GPUs of ``site``'s node."""
-    return f"{GPU_LIMIT_PREFIX}{site}"
 
 
 def ensure_limits(slots_by_name: dict[str, int], what: str = "GPU slots") -> list[str]:

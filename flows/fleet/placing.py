@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
+from flows.fleet.names import HEARTBEAT_TAG, PLACING_LIMIT_PREFIX, placing_limit_name, site_deployment_name, utc
 from scheduler.service.placement import Booking, Placement, place_run
 from scheduler.policy.types import Policy
 from scheduler.policy.sites import policy_at_site
@@ -37,24 +38,10 @@ __all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_book
 #: states of a flow run that holds (or will hold) its node's GPUs
 _HOLDING = ["SCHEDULED", "PENDING", "RUNNING"]
 
-PLACING_LIMIT_PREFIX = "gridshift-placing-"
 #: how long a placement waits for another placement of the same sites to finish (each takes seconds)
 PLACING_WAIT_S = 300.0
 #: Prefect's shortest lease; a placer that dies mid-placement blocks the sites no longer than this
 _PLACING_LEASE_S = 60.0
-
-
-def utc(value: datetime) -> datetime:
-    """``value`` as a stdlib datetime in UTC (Prefect's pendulum DateTime included); naive values are refused."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{value!r}: a time without a time zone cannot be placed")
-    # via the timestamp, not astimezone: a pendulum DateTime stays pendulum (and loses its zone on +timedelta)
-    return datetime.fromtimestamp(value.timestamp(), tz=timezone.utc)
-
-
-def placing_limit_name(site: str) -> str:
-    """The global concurrency limit (of 1) that serialises placements onto ``site``."""
-    return f"{PLACING_LIMIT_PREFIX}{site}"
 
 
 @dataclass(frozen=True)
@@ -192,7 +179,6 @@ def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | 
     """
     from prefect.deployments import run_deployment
 
-    from flows.deployments.deploy import HEARTBEAT_TAG, site_deployment_name
     from scheduler.policy.loader import load_policy
 
     policy = load_policy(policy_path)
