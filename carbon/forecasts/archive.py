@@ -88,10 +88,11 @@ class ForecastArchive:
         self._con = (sqlite3.connect(":memory:", check_same_thread=False) if self.path == ":memory:"
                      else connect_wal(self.path, isolation_level=None, check_same_thread=False))
         self._con.executescript(_SCHEMA)
+        # one statement, not a read then an insert: processes opening a fresh archive at once (concurrent
+        # `gridshift submit`s on a new home) would both read nothing and the second insert would fail
+        self._con.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (str(ARCHIVE_VERSION),))
         row = self._con.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
-        if row is None:
-            self._con.execute("INSERT INTO meta VALUES ('version', ?)", (str(ARCHIVE_VERSION),))
-        elif int(row[0]) > ARCHIVE_VERSION:
+        if int(row[0]) > ARCHIVE_VERSION:
             raise ValueError(f"{self.path}: forecast archive version {row[0]} is newer than this gridshift's "
                              f"({ARCHIVE_VERSION})")
 
