@@ -19,6 +19,7 @@ dead process's locks.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import random
 import time
@@ -42,8 +43,27 @@ GPU_LEASE_S = 60.0
 #: 30 s once a few waiters have been turned away, so a slot could stay free for 30 s while runs
 #: wait for it and the next in line was whoever happened to wake first.
 SLOT_POLL_S = 1.0
+#: how often the first run in line, finding the slots taken, checks them against the runs that hold them
+RECONCILE_S = 15.0
 #: the jitter's own generator: waiting threads leave the process's global random state alone
 _JITTER = random.Random()
+
+
+class _RefusedAsks(logging.Filter):
+    """Drops Prefect's ERROR line for a refused slot request (HTTP 423): gridshift handles the refusal itself.
+
+    Prefect's lease service logs every refused ask at ERROR, with the Future it failed, from its own
+    event-loop thread; concurrent ``gridshift submit``s printed them although all placed.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Service 'ConcurrencySlotAcquisitionWithLeaseService' failed")
+
+
+def _quiet_refused_asks() -> None:
+    logger = logging.getLogger("prefect._internal.concurrency")
+    if not any(isinstance(f, _RefusedAsks) for f in logger.filters):
+        logger.addFilter(_RefusedAsks())
 
 
 class GpusBusy(Exception):
@@ -122,12 +142,23 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
     from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
     from prefect.concurrency.sync import concurrency
 
+    _quiet_refused_asks()
     deadline = time.monotonic() + wait_s
     asked = False
+    reconciled_at = float("-inf")
     while True:
         ahead = [] if line is None else line.ahead()
-        if not ahead and (not asked or room_for(names, occupy)):
+        free = not asked or room_for(names, occupy)
+        if not ahead and not free and line is not None and time.monotonic() - reconciled_at >= RECONCILE_S:
+            # first in line and the slots look taken: some may be a lost lease's (a server restart), not a run's
+            from flows.fleet.slots import free_lost_slots
+
+            reconciled_at = time.monotonic()
+            free = bool(free_lost_slots(names, announce=line.announce)) and room_for(names, occupy)
+        if not ahead and free:
             asked = True
+            if line is not None:
+                line.holding()  # counted as a holder from before the ask: a reconcile meanwhile never frees its slot
             try:
                 stack.enter_context(concurrency(list(names), occupy=occupy, max_retries=0, strict=True,
                                                 lease_duration=lease_s, raise_on_lease_renewal_failure=False))
@@ -170,15 +201,17 @@ def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait
     if count > gpus_per_node:
         raise GpusBusy(f"the run needs {count} GPUs, the node at {site} has {gpus_per_node}")
     limit = gpu_limit_name(site)
-    with ExitStack() as stack:
-        with waiting_line(limit, flow_run_id, announce) if flow_run_id else nullcontext() as line:
+    # the place in line outlives the wait: marked holding, it tells a reconcile that this run has the slots
+    with waiting_line(limit, flow_run_id, announce, slots=count) if flow_run_id else nullcontext() as line:
+        with ExitStack() as stack:
             asked_at = datetime.now(timezone.utc)
             taken = take_slots([limit], count, wait_s=wait_s, lease_s=GPU_LEASE_S, stack=stack, line=line)
-        if not taken:
-            raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free" + (f" for {wait_s:.0f} s" if wait_s > 0 else ""))
-        devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
-        yield GpuHold(site=site, limit=limit, devices=devices, asked_at=asked_at,
-                      acquired_at=datetime.now(timezone.utc))
+            if not taken:
+                raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free"
+                               + (f" for {wait_s:.0f} s" if wait_s > 0 else ""))
+            devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
+            yield GpuHold(site=site, limit=limit, devices=devices, asked_at=asked_at,
+                          acquired_at=datetime.now(timezone.utc))
 
 
 @contextmanager

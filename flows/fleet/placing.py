@@ -38,8 +38,10 @@ __all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_book
 #: states of a flow run that holds (or will hold) its node's GPUs
 _HOLDING = ["SCHEDULED", "PENDING", "RUNNING"]
 
-#: how long a placement waits for another placement of the same sites to finish (each takes seconds)
+#: how long a placement waits for another placement of the same site to book (each holds it for a read and a create)
 PLACING_WAIT_S = 300.0
+#: how many times a placement plans again when another booked the GPUs it planned on meanwhile
+PLACING_ATTEMPTS = 20
 #: Prefect's shortest lease; a placer that dies mid-placement blocks the sites no longer than this
 _PLACING_LEASE_S = 60.0
 
@@ -71,18 +73,22 @@ def _site_forecasts(policy: Policy, now: datetime) -> dict[str, IntensitySeries]
 def booking_of_run(placement: Mapping[str, Any], state: str, started: datetime | None, now: datetime) -> Booking:
     """The GPUs a placed run holds or will hold, from its ``placement`` parameter and its Prefect state.
 
-    A RUNNING run holds them from when it really started, for its planned length (a late start
-    finishes late). A run not started yet (Scheduled or Pending) holds them from its planned start,
-    or from ``now`` when that has passed (a late run starts as soon as a worker takes it).
+    A RUNNING run holds them from when it took its GPUs (``gpus_acquired_at``, which a queued run
+    writes into its placement), else from when it really started, for its planned length (a late
+    start finishes late). A run not started yet (Scheduled or Pending), or queued and still standing
+    in line, holds them from its planned start, or from ``now`` when that has passed (a late run
+    starts as soon as a worker takes it or the GPUs free).
     """
     start, finish = utc(datetime.fromisoformat(placement["start"])), utc(datetime.fromisoformat(placement["finish"]))
     length = finish - start
-    if state == "RUNNING" and started is not None:
+    queued = bool(placement.get("queued", False))
+    if state == "RUNNING" and placement.get("gpus_acquired_at"):
+        begun = utc(datetime.fromisoformat(placement["gpus_acquired_at"]))
+    elif state == "RUNNING" and started is not None and not queued:
         begun = utc(started)
-    else:
+    else:  # not started, or queued and standing in line for its GPUs (it started to wait, not to train)
         begun = max(start, utc(now))
-    return Booking(str(placement["site"]), begun, begun + length, int(placement.get("gpus", 1)),
-                   queued=bool(placement.get("queued", False)))
+    return Booking(str(placement["site"]), begun, begun + length, int(placement.get("gpus", 1)), queued=queued)
 
 
 def placed_runs(site_names: Sequence[str], now: datetime) -> list[tuple[Any, Booking]]:
@@ -171,37 +177,69 @@ def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_no
 
 def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | None = None,
                       start_now: bool = False, key: str | None = None, ledger_path: str | None = None,
-                      workdir: str | None = None, now: datetime | None = None) -> SubmittedRun:
+                      workdir: str | None = None, now: datetime | None = None,
+                      attempts: int = PLACING_ATTEMPTS) -> SubmittedRun:
     """Place one run of ``policy_path`` and create its flow run on ``<deployment>-<site>`` at the chosen start.
 
     ``deployment`` is the policy's main deployment ("flow/name", as ``gridshift deploy`` made it);
     ``key`` (e.g. ``job@nominal``) makes a repeated submission create no second run.
-    """
-    from prefect.deployments import run_deployment
 
+    Plans outside any lock, on the bookings as read, then holds only the chosen site's placing lock
+    to read that site's bookings again and book: when the plan no longer fits them (another placement
+    took the GPUs meanwhile, :func:`scheduler.service.placement.plan_still_fits`), it plans again on the
+    fresh bookings, up to ``attempts`` times. So placements onto different sites run side by side, and
+    a site is held only for one read and one create.
+    """
     from scheduler.policy.loader import load_policy
+    from scheduler.policy.sites import site_named
+    from scheduler.service.placement import plan_still_fits
 
     policy = load_policy(policy_path)
     sites = [s.name for s in policy.sites]
-    forecasts = _site_forecasts(policy, utc(now) if now is not None else datetime.now(timezone.utc))
-    with placing_lock(sites):
-        # "now" is when this placement got the fleet: a run that waited for the lock is not planned in the past
-        now = max(utc(now), datetime.now(timezone.utc)) if now is not None else datetime.now(timezone.utc)
-        nominal = utc(nominal) if nominal is not None else now
-        placed = plan_placement(policy, nominal=nominal, now=now, start_now=start_now,
-                                bookings=fleet_bookings(sites, now), forecasts=forecasts)
-        target = site_deployment_name(deployment, placed.site)
-        plan = placed.plan
-        run = run_deployment(
-            name=target, timeout=0, as_subflow=False, idempotency_key=key, scheduled_time=max(plan.start, now),
-            tags=["gridshift", "placed", f"site:{placed.site}", HEARTBEAT_TAG],
-            parameters={"policy_path": policy_path, "plan": False, "nominal_start": nominal.isoformat(),
-                        "planned_start": plan.start.isoformat(), "ledger_path": ledger_path, "workdir": workdir,
-                        "site": placed.site,
-                        "placement": {"site": placed.site, "start": plan.start.isoformat(),
-                                      "finish": plan.finish.isoformat(), "gpus": policy.job.gpus,
-                                      "placed_at": now.isoformat(), "queued": placed.queued,
-                                      "carbon_g": round(plan.carbon_g, 4),
-                                      "reasons": list(placed.reasons)}},
-        )
+    first = utc(now) if now is not None else datetime.now(timezone.utc)
+    forecasts = _site_forecasts(policy, first)
+    for _ in range(attempts):
+        # "now" is when this attempt read the fleet: a run that waited is not planned in the past
+        now = max(first, datetime.now(timezone.utc))
+        placed = plan_placement(policy, nominal=utc(nominal) if nominal is not None else now, now=now,
+                                start_now=start_now, bookings=fleet_bookings(sites, now), forecasts=forecasts)
+        with placing_lock([placed.site]):
+            booked_at = max(first, datetime.now(timezone.utc))
+            fresh = fleet_bookings([placed.site], booked_at)
+            if plan_still_fits(site_named(policy, placed.site), policy.job.gpus, placed, fresh, now=booked_at,
+                               arrival_order=start_now or policy.job.deadline_s is None):
+                return _create_placed_run(policy, policy_path, placed, deployment=deployment, key=key,
+                                          nominal=utc(nominal) if nominal is not None else now, now=booked_at,
+                                          ledger_path=ledger_path, workdir=workdir)
+    raise RuntimeError(f"{policy.job.name}: the fleet's bookings changed under {attempts} placements in a row; "
+                       "submit again")
+
+
+def _create_placed_run(policy: Policy, policy_path: str, placed: Placement, *, deployment: str, key: str | None,
+                       nominal: datetime, now: datetime, ledger_path: str | None,
+                       workdir: str | None) -> SubmittedRun:
+    """The placed run as a flow run of the site's deployment (under the site's placing lock).
+
+    A run queued behind busy GPUs is created to start now: it stands in the site's line
+    (:mod:`flows.fleet.gpu_line`) with its process up, and takes a GPU the moment one frees, whatever
+    its booked start (the expected finish of the runs before it) says. A run timed for a clean hour
+    waits Scheduled until then, holding nothing.
+    """
+    from prefect.deployments import run_deployment
+
+    target = site_deployment_name(deployment, placed.site)
+    plan = placed.plan
+    run = run_deployment(
+        name=target, timeout=0, as_subflow=False, idempotency_key=key,
+        scheduled_time=now if placed.queued else max(plan.start, now),
+        tags=["gridshift", "placed", f"site:{placed.site}", HEARTBEAT_TAG],
+        parameters={"policy_path": policy_path, "plan": False, "nominal_start": nominal.isoformat(),
+                    "planned_start": plan.start.isoformat(), "ledger_path": ledger_path, "workdir": workdir,
+                    "site": placed.site,
+                    "placement": {"site": placed.site, "start": plan.start.isoformat(),
+                                  "finish": plan.finish.isoformat(), "gpus": policy.job.gpus,
+                                  "placed_at": now.isoformat(), "queued": placed.queued,
+                                  "carbon_g": round(plan.carbon_g, 4),
+                                  "reasons": list(placed.reasons)}},
+    )
     return SubmittedRun(flow_run_id=str(run.id), deployment=target, placement=placed)

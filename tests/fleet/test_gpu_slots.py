@@ -120,3 +120,37 @@ def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_to
     with pytest.raises(RuntimeError, match="run `gridshift deploy`"):
         with placing_lock([f"never-deployed-{os.getpid()}"]):
             pass
+
+
+def test_a_slot_whose_lease_the_server_lost_is_freed_but_a_running_holder_keeps_its_own(prefect_harness,
+                                                                                       tmp_path: Path) -> None:
+    """A server restart forgets its in-memory leases, not the limit's count: that slot would stay taken for good."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+    from prefect.states import Running
+
+    from flows.fleet.slots import free_lost_slots
+
+    site = f"leak-{os.getpid()}"
+    limit = gpu_limit_name(site)
+    ensure_limits({limit: 2})
+    said: list[str] = []
+    with get_client(sync_client=True) as client:
+        holder = client.create_flow_run(flow(name="gridshift-leak-test")(lambda: None), state=Running(), tags=["gridshift"])
+        with hold_gpus(site, 1, 2, lock_dir=tmp_path, flow_run_id=str(holder.id)):
+            # a second slot counted taken with no lease and no run behind it (what a restart leaves)
+            client.update_global_concurrency_limit(limit, GlobalConcurrencyLimitUpdate(active_slots=2))
+            assert free_lost_slots([limit], announce=said.append) == 1
+            assert client.read_global_concurrency_limit_by_name(limit).active_slots == 1  # the holder's stays
+            assert free_lost_slots([limit]) == 0
+            # a run waiting first in line for both GPUs frees the phantom itself, then waits for the holder
+            waiter = client.create_flow_run(flow(name="gridshift-leak-test")(lambda: None), state=Running())
+            client.update_global_concurrency_limit(limit, GlobalConcurrencyLimitUpdate(active_slots=2))
+            with pytest.raises(GpusBusy):
+                with hold_gpus(site, 2, 2, lock_dir=tmp_path, wait_s=3, flow_run_id=str(waiter.id)):
+                    pass
+            assert client.read_global_concurrency_limit_by_name(limit).active_slots == 1
+        assert client.read_global_concurrency_limit_by_name(limit).active_slots == 0
+    assert said == [f"{limit}: 2 slot(s) counted taken, 1 held by running runs; freed 1 (a lease the server lost, "
+                    "e.g. across a restart)"]

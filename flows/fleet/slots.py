@@ -1,0 +1,64 @@
+"""Slots that cannot leak: a site's GPU limit checked against the runs that really hold its GPUs.
+
+Prefect keeps concurrency leases in memory by default (``PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE``).
+A server restart forgets them, but not the limit's count of active slots: a run that held a GPU
+across the restart can no longer give its slot back (its release names a lease the server no longer
+knows, and the server ignores it), and nothing would ever free that slot. A later run then waits for
+a phantom GPU.
+
+The truth is in the line (:mod:`flows.fleet.gpu_line`): a run marks its place ``holding`` before it
+asks for slots and deletes it after it gave them back. :func:`free_lost_slots` lowers a limit's
+active slots to what the *Running* flow runs with such a mark hold, and never raises it. It never
+frees a live run's slot: a run is counted from before its ask until after its release, and a run
+whose process died is counted until Prefect marks it Crashed, by when its 60 s lease has lapsed and
+Prefect's own repossessor has freed its slot. What is left over is a lease the server lost.
+
+Called by the first run in line when the slots it waits for look taken, by ``gridshift deploy`` and
+``gridshift serve`` at start, and by the benchmark and tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from flows.fleet.gpu_line import line_records
+
+__all__ = ["free_lost_slots", "held_slots"]
+
+
+def held_slots(client: object, limit: str) -> int:
+    """GPU slots of ``limit`` held by Running flow runs, by their places in line marked ``holding``."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterState, FlowRunFilterStateType
+
+    holders = {r.place.flow_run_id: r.slots for r in line_records(client, limit) if r.holding}
+    if not holders:
+        return 0
+    running = client.read_flow_runs(flow_run_filter=FlowRunFilter(  # type: ignore[attr-defined]
+        id=FlowRunFilterId(any_=sorted(holders)),
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["RUNNING"]))), limit=len(holders))
+    return sum(holders[str(run.id)] for run in running)
+
+
+def free_lost_slots(limits: Sequence[str], announce: Callable[[str], None] = lambda _line: None) -> int:
+    """Lower each limit's active slots to those Running runs hold; returns how many slots were freed.
+
+    ``announce`` hears one line per limit it corrected. A limit that does not exist is skipped.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+    from prefect.exceptions import ObjectNotFound
+
+    freed = 0
+    with get_client(sync_client=True) as client:
+        for name in limits:
+            held = held_slots(client, name)  # read before the count: a run that asks meanwhile is counted already
+            try:
+                limit = client.read_global_concurrency_limit_by_name(name)
+            except ObjectNotFound:
+                continue
+            if limit.active_slots > held:
+                client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(active_slots=held))
+                freed += limit.active_slots - held
+                announce(f"{name}: {limit.active_slots} slot(s) counted taken, {held} held by running runs; freed "
+                         f"{limit.active_slots - held} (a lease the server lost, e.g. across a restart)")
+    return freed
