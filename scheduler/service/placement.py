@@ -24,8 +24,8 @@ from scheduler.planner import ModeFigures, Objective, RunPlan
 from scheduler.planner.inputs import plan_policy_job
 from scheduler.policy.types import Policy, Site
 
-__all__ = ["Booking", "SitePlan", "Placement", "has_room", "modes_at_site", "place_run", "plan_still_fits",
-           "objective_value", "forecast_mean_g_per_kwh"]
+__all__ = ["Booking", "SitePlan", "Placement", "has_room", "modes_at_site", "place_run", "objective_value",
+           "forecast_mean_g_per_kwh"]
 
 
 @dataclass(frozen=True)
@@ -113,23 +113,6 @@ def _full_intervals(site: Site, gpus: int, mine: Sequence[Booking]) -> list[tupl
 def has_room(site: Site, gpus: int, bookings: Sequence[Booking], start: datetime, end: datetime) -> bool:
     """Whether ``site``'s node has ``gpus`` GPUs free through ``[start, end)`` beside ``bookings`` (changeover included)."""
     return not any(lo < end and start < hi for lo, hi in _full_intervals(site, gpus, _node_bookings(site, bookings)))
-
-
-def plan_still_fits(site: Site, gpus: int, placed: "Placement", bookings: Sequence[Booking], *, now: datetime,
-                    arrival_order: bool) -> bool:
-    """Whether ``placed`` (planned on older bookings) may still be booked on ``site`` beside ``bookings``, at ``now``.
-
-    Its run windows (moved later by as long as its start has passed) must have ``gpus`` GPUs free
-    (:func:`has_room`), and with ``arrival_order`` (a run meant to start now, planned without a
-    deadline) it must not start before a run already queued there. A placement that planned while
-    another booked the same GPUs fails this and plans again.
-    """
-    plan = placed.plan
-    late = max(now - plan.start, timedelta(0))
-    if not all(has_room(site, gpus, bookings, lo + late, hi + late) for lo, hi in plan.windows()):
-        return False
-    queued_starts = [b.start for b in bookings if b.site == site.name and b.queued]
-    return not (arrival_order and queued_starts and plan.start < max(queued_starts))
 
 
 def _conflict(plan: RunPlan, full: Sequence[tuple[datetime, datetime]]) -> datetime | None:
