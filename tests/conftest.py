@@ -40,6 +40,44 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def prefect_server_pg(tmp_path_factory: pytest.TempPathFactory):
+    """Prefect's production setup, for the fleet: a real `prefect server start` on a throwaway PostgreSQL,
+    with Redis for messaging and lease storage (tests/flows/local_services.py). One per session (per
+    xdist worker that needs it). Skips locally without the binaries, FAILS in CI."""
+    from tests.flows.local_server import LocalPrefectServer
+    from tests.flows.local_services import LocalPostgres, LocalRedis, production_env
+
+    home = tmp_path_factory.mktemp("prefect-server-pg")
+    postgres, redis = LocalPostgres(), LocalRedis(home / "redis")
+    try:
+        postgres.start()
+        redis.start()
+        server = LocalPrefectServer(home, production_env(postgres, redis))
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        redis.stop()
+        postgres.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def fleet_api(request: pytest.FixtureRequest):
+    """This process's Prefect client pointed, for one test, at the SQLite server (``prefect_server``) or at the
+    production setup (``prefect_server_pg``): the fleet's real-server tests run on both. Yields the server."""
+    server = request.getfixturevalue("prefect_server" if request.param == "sqlite" else "prefect_server_pg")
+    request.getfixturevalue("prefect_harness")  # the process-wide settings it sets up, then this test's server
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: server.url}):
+        with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+            yield server
+
+
+@pytest.fixture(scope="session")
 def prefect_harness(prefect_server):
     """In-process flows against the session's Prefect server; heartbeats off (~1 s each).
 

@@ -1,7 +1,7 @@
 """The line at a site's GPUs: waiting runs take freed slots in the order they were booked.
 
 The place in line is a pure function; the line itself runs against the session's real Prefect API
-server (prefect_harness), with real flow runs in real states and real global concurrency limits.
+server, on SQLite and on the production setup (PostgreSQL + Redis; fixture fleet_api), with real flow runs in real states and real global concurrency limits.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _until(what: str, check, timeout_s: float = 60.0) -> None:
         time.sleep(0.2)  # polling the server's state, not timing the code under test
 
 
-def test_waiting_runs_take_a_freed_gpu_in_the_order_they_were_booked(prefect_harness, tmp_path: Path) -> None:
+def test_waiting_runs_take_a_freed_gpu_in_the_order_they_were_booked(fleet_api, tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
 
     site = f"line-{os.getpid()}"
@@ -122,7 +122,7 @@ def _stand_in_line_then_sleep(limit: str, flow_run_id: str, api: str) -> None:
             time.sleep(0.5)
 
 
-def test_a_waiter_killed_in_line_stops_holding_it_up_within_seconds(prefect_harness, prefect_server,
+def test_a_waiter_killed_in_line_stops_holding_it_up_within_seconds(fleet_api,
                                                                     tmp_path: Path) -> None:
     """Race 1 of issue 32: a waiter killed while waiting kept its line tag, and the line waited for it
     until Prefect marked it Crashed (up to two minutes). Its place is now stale once it stops touching it."""
@@ -139,7 +139,7 @@ def test_a_waiter_killed_in_line_stops_holding_it_up_within_seconds(prefect_harn
     with get_client(sync_client=True) as client:
         dead, alive = _running_run(client, "dead", 0), _running_run(client, "alive", 60)
         waiter = multiprocessing.get_context("fork").Process(target=_stand_in_line_then_sleep,
-                                                             args=(limit, dead, prefect_server.url))
+                                                             args=(limit, dead, fleet_api.url))
         got: list[float] = []
         with hold_gpus(site, 1, 1, lock_dir=tmp_path):  # the GPU is busy while both come to wait
             waiter.start()
@@ -160,7 +160,7 @@ def _hold_and_time(site: str, lock_dir: Path, flow_run_id: str) -> float:
         return time.monotonic()
 
 
-def test_a_tag_added_while_a_run_stands_in_line_is_kept(prefect_harness, tmp_path: Path) -> None:
+def test_a_tag_added_while_a_run_stands_in_line_is_kept(fleet_api, tmp_path: Path) -> None:
     """Race 2 of issue 32: the line rewrote a run's tags whole from the copy it read on joining, so a tag
     another actor added meanwhile was lost. The line no longer writes the run's tags at all."""
     from prefect.client.orchestration import get_client
@@ -181,7 +181,7 @@ def test_a_tag_added_while_a_run_stands_in_line_is_kept(prefect_harness, tmp_pat
         assert sorted(client.read_flow_run(run).tags) == ["added-by-someone-else", "gridshift"]
 
 
-def test_a_run_stands_in_line_before_its_first_ask(prefect_harness, tmp_path: Path) -> None:
+def test_a_run_stands_in_line_before_its_first_ask(fleet_api, tmp_path: Path) -> None:
     """Two runs reaching a free GPU in the same moment: the one booked first gets it, not the faster asker."""
     from prefect.client.orchestration import get_client
 

@@ -1,6 +1,6 @@
 """GPU slots: a Prefect global concurrency limit per site, node-local device locks, and pinning.
 
-Against the session's real Prefect API server (prefect_harness); no waiting anywhere: a busy node is
+Against the session's real Prefect API server (on SQLite and on PostgreSQL + Redis: fixture fleet_api); no waiting anywhere: a busy node is
 GpusBusy at once.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from flows.fleet.gpus import GpusBusy, ensure_limits, gpu_limit_name, hold_gpus, pin_environment
 
 
-def test_a_node_never_hands_out_more_gpus_than_it_has(prefect_harness, tmp_path: Path) -> None:
+def test_a_node_never_hands_out_more_gpus_than_it_has(fleet_api, tmp_path: Path) -> None:
     site = f"node-{os.getpid()}"
     assert ensure_limits({gpu_limit_name(site): 2}) == [
         f"created global concurrency limit {gpu_limit_name(site)} (2 GPU slots)"]
@@ -33,7 +33,7 @@ def test_a_node_never_hands_out_more_gpus_than_it_has(prefect_harness, tmp_path:
         assert both.as_report()["gpu_limit"] == gpu_limit_name(site)
 
 
-def test_a_site_without_its_limit_is_an_error_not_an_unlimited_node(prefect_harness, tmp_path: Path) -> None:
+def test_a_site_without_its_limit_is_an_error_not_an_unlimited_node(fleet_api, tmp_path: Path) -> None:
     from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
 
     with pytest.raises(ConcurrencySlotAcquisitionError):
@@ -41,7 +41,7 @@ def test_a_site_without_its_limit_is_an_error_not_an_unlimited_node(prefect_harn
             pass
 
 
-def test_a_device_held_outside_gridshift_is_busy_too(prefect_harness, tmp_path: Path) -> None:
+def test_a_device_held_outside_gridshift_is_busy_too(fleet_api, tmp_path: Path) -> None:
     import fcntl
 
     site = f"shared-{os.getpid()}"
@@ -83,7 +83,7 @@ def test_the_nvidia_backend_meters_exactly_the_pinned_gpus(monkeypatch: pytest.M
             backend.close()
 
 
-def test_a_run_waits_in_prefect_for_slots_an_overrunning_run_gives_back(prefect_harness, tmp_path: Path) -> None:
+def test_a_run_waits_in_prefect_for_slots_an_overrunning_run_gives_back(fleet_api, tmp_path: Path) -> None:
     import threading
 
     site = f"wait-{os.getpid()}"
@@ -106,7 +106,7 @@ def _hold_once(site: str, lock_dir: Path, wait_s: float = 60.0) -> tuple[int, ..
         return held.devices
 
 
-def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_told_to_redeploy(prefect_harness) -> None:
+def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_told_to_redeploy(fleet_api) -> None:
     from flows.fleet.placing import placing_limit_name, placing_lock
 
     sites = [f"pa-{os.getpid()}", f"pb-{os.getpid()}"]
@@ -122,7 +122,7 @@ def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_to
             pass
 
 
-def test_a_slot_whose_lease_the_server_lost_is_freed_but_a_running_holder_keeps_its_own(prefect_harness,
+def test_a_slot_whose_lease_the_server_lost_is_freed_but_a_running_holder_keeps_its_own(fleet_api,
                                                                                        tmp_path: Path) -> None:
     """A server restart forgets its in-memory leases, not the limit's count: that slot would stay taken for good."""
     from prefect import flow
