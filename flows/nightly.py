@@ -155,6 +155,7 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
                    placement: dict[str, Any] | None, run_id: str | None,
                    resume: dict[str, Any] | None) -> dict[str, Any]:
     from flows.fleet.gpus import hold_gpus, pin_environment
+    from flows.fleet.orphans import stop_when_orphaned
     from flows.training import carbon_aware_training
     from scheduler.store.ledger import gridshift_home
     from scheduler.policy.loader import load_policy
@@ -165,7 +166,7 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
     policy = load_policy(policy_path)
     node = site_named(policy, site)
     me = flow_run.get_id()
-    with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
+    with stop_when_orphaned(get_run_logger().warning), hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
                    wait_s=_gpu_wait_s(placement), flow_run_id=me, announce=get_run_logger().info) as held:
         get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
         if placement and placement.get("queued") and me is not None:

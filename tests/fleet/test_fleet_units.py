@@ -124,3 +124,20 @@ def test_a_crashed_run_gets_a_ledger_row_and_an_artifact_saying_so(tmp_path: Pat
     never_started = crashed_report(flow_run_id="77", flow_run_name="x", job="j", policy="p", parameters={},
                                    started=None, ended=began, reason="crashed")
     assert never_started["duration_s"] == 0.0 and never_started["started_at"] == began.isoformat()
+
+
+def test_a_process_whose_parent_is_gone_stops_itself() -> None:
+    """The orphan watch: a flow process re-parented after its worker died sends itself SIGTERM."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys, time\n"
+            "from flows.fleet.orphans import stop_when_orphaned\n"
+            "signal.signal(signal.SIGTERM, lambda *_: (print('stopped', flush=True), sys.exit(0)))\n"
+            "with stop_when_orphaned(lambda line: print(line, flush=True), poll_s=0.1, parent=os.getppid() + 999999):\n"
+            "    time.sleep(30)\n"
+            "print('not stopped', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert "is gone; stopping the run" in done.stdout and done.stdout.strip().endswith("stopped")
+    assert "not stopped" not in done.stdout
