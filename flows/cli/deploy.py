@@ -125,6 +125,7 @@ def serve(
     deployment: Annotated[Optional[list[str]], typer.Option(help="'flow/deployment' per policy (default: gridshift-nightly/<job name>).")] = None,
     db: Annotated[Optional[Path], typer.Option(help="SQLite store of planned runs (default: $GRIDSHIFT_HOME/serve.sqlite).")] = None,
     poll_s: Annotated[float, typer.Option(help="Re-plan every this many seconds.")] = 900.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="One line per planned or moved run (default: one per policy and day).")] = False,
 ) -> None:
     """Plan each policy's runs, keep them in a persistent store, trigger the deployments at the chosen times.
 
@@ -158,7 +159,8 @@ def serve(
 
     store = db or default_store_path()
     service = PlanningService(db_path=store, plan=serve_plan(loaded, targets), trigger=trigger_deployment,
-                              poll_interval_s=poll_s, log=lambda m: typer.echo(f"gridshift serve: {m}", err=True))
+                              poll_interval_s=poll_s, log=lambda m: typer.echo(f"gridshift serve: {m}", err=True),
+                              verbose=verbose)
     stopped_by: list[int] = []
 
     def _stop(signum: int, _frame: object) -> None:

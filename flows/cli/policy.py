@@ -29,6 +29,7 @@ def check(
     """
     from datetime import datetime, timezone
 
+    from scheduler.policy.checks import policy_warnings
     from scheduler.policy.cron import next_runs
     from scheduler.errors import PolicyError
     from scheduler.policy.loader import load_policy
@@ -40,14 +41,15 @@ def check(
             policy = load_policy(f)
         except PolicyError as exc:
             results.append({"file": str(f), "ok": False, "errors": [i.to_json() for i in exc.issues],
-                            "hidden_errors": exc.hidden, "next_runs": []})
+                            "hidden_errors": exc.hidden, "warnings": [], "next_runs": []})
             if not json_out:
                 for line in exc.lines():
                     typer.echo(line, err=True)
             continue
         job = policy.job
         runs = next_runs(job.cron, now, tz=job.timezone) if job.cron is not None else []
-        results.append({"file": str(f), "ok": True, "errors": [], "hidden_errors": 0,
+        warnings = policy_warnings(policy)
+        results.append({"file": str(f), "ok": True, "errors": [], "hidden_errors": 0, "warnings": warnings,
                         "next_runs": [t.isoformat() for t in runs]})
         if not json_out:
             typer.echo(f"{f}: ok ({job.name}: modes {', '.join(policy.modes)}; carbon {policy.carbon.provider}; "
@@ -55,6 +57,8 @@ def check(
             if runs:
                 typer.echo(f"  next runs ({job.cron!r} in {job.timezone}): "
                            + ", ".join(f"{t:%a %Y-%m-%d %H:%M} UTC" for t in runs))
+            for warning in warnings:
+                typer.echo(f"{f}: warning: {warning}", err=True)
     bad = sum(not r["ok"] for r in results)
     if json_out:
         typer.echo(json.dumps({"status": "error" if bad else "ok", "exit_code": EXIT_INPUT if bad else 0,

@@ -183,6 +183,7 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     from flows.deployments.fleet_runs import record_crashed_run
     from flows.fleet.gpus import ensure_limits
     from flows.fleet.names import gpu_limit_name, placing_limit_name
+    from flows.fleet.slots import free_lost_slots, lease_storage_note
     from flows.nightly import nightly_retrain
     from scheduler.errors import PolicyError
     from scheduler.policy.loader import load_policy
@@ -231,6 +232,10 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
         for line in ensure_limits(limits) + ensure_limits({placing_limit_name(s.name): 1 for s in policy.sites},
                                                           "placement at a time"):
             notify(line)
+        free_lost_slots(list(limits), announce=notify)  # slots a restarted server's lost leases left taken
+        note = lease_storage_note()
+        if note is not None:
+            notify(note)
         record_name = f"{dep_name}-record-crashed"
         recorder_id = record_crashed_run.from_source(source=str(source), entrypoint=RECORD_ENTRYPOINT).deploy(
             name=record_name, work_pool_name=work_pool, build=False, push=False, print_next_steps=False,

@@ -202,16 +202,31 @@ def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait
         raise GpusBusy(f"the run needs {count} GPUs, the node at {site} has {gpus_per_node}")
     limit = gpu_limit_name(site)
     # the place in line outlives the wait: marked holding, it tells a reconcile that this run has the slots
-    with waiting_line(limit, flow_run_id, announce, slots=count) if flow_run_id else nullcontext() as line:
-        with ExitStack() as stack:
-            asked_at = datetime.now(timezone.utc)
-            taken = take_slots([limit], count, wait_s=wait_s, lease_s=GPU_LEASE_S, stack=stack, line=line)
-            if not taken:
-                raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free"
-                               + (f" for {wait_s:.0f} s" if wait_s > 0 else ""))
-            devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
-            yield GpuHold(site=site, limit=limit, devices=devices, asked_at=asked_at,
-                          acquired_at=datetime.now(timezone.utc))
+    try:
+        with waiting_line(limit, flow_run_id, announce, slots=count) if flow_run_id else nullcontext() as line:
+            with ExitStack() as stack:
+                asked_at = datetime.now(timezone.utc)
+                taken = take_slots([limit], count, wait_s=wait_s, lease_s=GPU_LEASE_S, stack=stack, line=line)
+                if not taken:
+                    raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free"
+                                   + (f" for {wait_s:.0f} s" if wait_s > 0 else ""))
+                devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
+                yield GpuHold(site=site, limit=limit, devices=devices, asked_at=asked_at,
+                              acquired_at=datetime.now(timezone.utc))
+    finally:
+        if flow_run_id:
+            _check_after_release(limit, announce)
+
+
+def _check_after_release(limit: str, announce: Callable[[str], None] | None) -> None:
+    """After giving its slots back, a run checks them against their holders: a release that named a lease
+    the server lost (a restart while the run trained) gave nothing back, and would leave a slot taken for good."""
+    from flows.fleet.slots import free_lost_slots
+
+    try:
+        free_lost_slots([limit], announce=announce or (lambda _line: None))
+    except Exception:  # the run is over either way; the next run in line checks again
+        pass
 
 
 @contextmanager

@@ -7,10 +7,11 @@ heartbeat, so Prefect never marks it Crashed, it holds its GPU slot, and nothing
 ever report its end. Its report would also be written by a process nobody watches.
 
 :func:`stop_when_orphaned` watches the flow process's parent: when it changes (the worker is gone and
-the process was re-parented), it sends the process SIGTERM, as Prefect's own cancellation does. The
-run then unwinds as for any stop: the job's process group is stopped, the GPU settings restored, the
-report written (status and reason in the ledger and the run artifact), the slots given back, and
-Prefect marks the run Crashed. Within :data:`POLL_S` plus the job's stop grace.
+the process was re-parented), it stops the job (SIGTERM to its process group, SIGKILL after
+:data:`GRACE_S`) and sends the flow process SIGTERM, as Prefect's own cancellation does. The run then
+ends as a run whose job was stopped: the GPU settings restored, the report written (ledger and run
+artifact, with the job's exit), the slots given back, and Prefect's state final. Within
+:data:`POLL_S` plus the job's stop grace.
 """
 
 from __future__ import annotations
@@ -21,14 +22,52 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["POLL_S", "stop_when_orphaned"]
+__all__ = ["GRACE_S", "POLL_S", "stop_when_orphaned"]
 
 #: how often the flow process looks at its parent
 POLL_S = 2.0
+#: how long the job has to stop after SIGTERM before SIGKILL
+GRACE_S = 10.0
+
+
+def _children() -> list[int]:
+    """This process's children (from /proc), e.g. the job it started in a session of its own."""
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == me:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def _stop_children(grace_s: float) -> None:
+    """SIGTERM each child's process group, then SIGKILL what is left after ``grace_s``."""
+    import time
+
+    groups = set()
+    for pid in _children():
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            continue
+    groups.discard(os.getpgid(0))  # never this process's own group
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for group in groups:
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while sig == signal.SIGTERM and _children() and time.monotonic() < deadline:
+            time.sleep(0.2)  # the job's own grace to stop
 
 
 @contextmanager
-def stop_when_orphaned(announce: Callable[[str], None], *, poll_s: float = POLL_S,
+def stop_when_orphaned(announce: Callable[[str], None], *, poll_s: float = POLL_S, grace_s: float = GRACE_S,
                        parent: int | None = None) -> Iterator[None]:
     """While the block runs, SIGTERM this process once its parent (``parent``, default: the current one) is gone.
 
@@ -44,8 +83,12 @@ def stop_when_orphaned(announce: Callable[[str], None], *, poll_s: float = POLL_
     def watch() -> None:
         while not done.wait(poll_s):
             if os.getppid() != watched:
-                announce(f"the worker process that started this run (pid {watched}) is gone; stopping the run "
-                         "so that no orphan keeps the GPU")
+                try:  # saying so must not keep the run from stopping (this thread has no run context)
+                    announce(f"the worker process that started this run (pid {watched}) is gone; stopping the run "
+                             "so that no orphan keeps the GPU")
+                except Exception:
+                    pass
+                _stop_children(grace_s)  # the job first: the run then ends as a job that was stopped
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
 

@@ -80,17 +80,25 @@ def hold_sites(names: Sequence[str], *, wait_s: float, poll_s: float = POLL_S, c
     deadline = time.monotonic() + wait_s
     with (nullcontext(client) if client is not None else get_client(sync_client=True)) as client:
         lease = None
+        looked = False  # the first ask goes without a look: most placements find their site free
         while lease is None:
-            if _free(client, ordered):
+            if not looked or _free(client, ordered):
                 try:
                     answer = client.request("POST", "/v2/concurrency_limits/increment-with-lease",  # type: ignore[arg-type]
                                             json={"names": list(ordered), "slots": 1, "mode": "concurrency",
                                                   "lease_duration": LEASE_S})
-                    lease = answer.json()["lease_id"]
+                    body = answer.json()
+                    lease = body["lease_id"]
+                    if {limit["name"] for limit in body.get("limits", [])} != set(ordered):
+                        # the server leases missing limits as if free: a fleet deployed before they existed
+                        client.request("POST", "/v2/concurrency_limits/decrement-with-lease",  # type: ignore[arg-type]
+                                       json={"lease_id": lease})
+                        _free(client, ordered)  # raises, naming the missing limit
                     break
                 except httpx.HTTPStatusError as exc:
-                    if exc.response.status_code != 423:  # 423: another placer took it first
+                    if exc.response.status_code != 423:  # 423: another placer holds it
                         raise
+            looked = True
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SiteLockError(f"{', '.join(ordered)}: another placement held the sites for {wait_s:.0f} s")

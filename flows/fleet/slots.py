@@ -23,7 +23,10 @@ from collections.abc import Callable, Sequence
 
 from flows.fleet.gpu_line import line_records
 
-__all__ = ["free_lost_slots", "held_slots"]
+__all__ = ["MEMORY_LEASES", "free_lost_slots", "held_slots", "lease_storage_note"]
+
+#: Prefect's default lease storage: the server's memory, forgotten on restart
+MEMORY_LEASES = "prefect.server.concurrency.lease_storage.memory"
 
 
 def held_slots(client: object, limit: str) -> int:
@@ -62,3 +65,27 @@ def free_lost_slots(limits: Sequence[str], announce: Callable[[str], None] = lam
                 announce(f"{name}: {limit.active_slots} slot(s) counted taken, {held} held by running runs; freed "
                          f"{limit.active_slots - held} (a lease the server lost, e.g. across a restart)")
     return freed
+
+
+def lease_storage_note(client: object = None) -> str | None:
+    """One line when the server keeps concurrency leases in memory (Prefect's default), else None.
+
+    Read from the server's own settings (``GET /admin/settings``); None when it does not say.
+    """
+    from prefect.client.orchestration import get_client
+
+    try:
+        if client is None:
+            with get_client(sync_client=True) as own:
+                settings = own.request("GET", "/admin/settings").json()  # type: ignore[arg-type]
+        else:
+            settings = client.request("GET", "/admin/settings").json()  # type: ignore[attr-defined]
+        storage = settings["server"]["concurrency"]["lease_storage"]
+    except Exception:  # an older server, or one that hides its settings: nothing to say
+        return None
+    if storage != MEMORY_LEASES:
+        return None
+    return ("warning: this Prefect server keeps concurrency leases in memory (PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE "
+            "is Prefect's default); a restart forgets them and the GPU slots they held stay taken until gridshift "
+            "frees them (within two minutes: docs/fleet.md). For a fleet, set it to prefect_redis.lease_storage "
+            "(pip install 'gridshift[production]') or prefect.server.concurrency.lease_storage.filesystem")
