@@ -44,6 +44,17 @@ def _children() -> list[int]:
     return found
 
 
+def _detach_output() -> None:
+    """Point stdout and stderr at /dev/null: their reader was the worker, and a write to a pipe nobody
+    reads any more made Prefect's console logging hang the run (its logs still go to the API)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 def _stop_children(grace_s: float) -> None:
     """SIGTERM each child's process group, then SIGKILL what is left after ``grace_s``."""
     import time
@@ -83,13 +94,14 @@ def stop_when_orphaned(announce: Callable[[str], None], *, poll_s: float = POLL_
     def watch() -> None:
         while not done.wait(poll_s):
             if os.getppid() != watched:
-                try:  # saying so must not keep the run from stopping (this thread has no run context)
-                    announce(f"the worker process that started this run (pid {watched}) is gone; stopping the run "
-                             "so that no orphan keeps the GPU")
-                except Exception:
-                    pass
+                _detach_output()  # before anything logs: the dead worker read this process's output
                 _stop_children(grace_s)  # the job first: the run then ends as a job that was stopped
                 os.kill(os.getpid(), signal.SIGTERM)
+                try:  # saying so must not keep the run from stopping (this thread has no run context)
+                    announce(f"the worker process that started this run (pid {watched}) is gone; its job was "
+                             "stopped so that no orphan keeps the GPU")
+                except Exception:
+                    pass
                 return
 
     thread = threading.Thread(target=watch, name="gridshift-orphan-watch", daemon=True)
