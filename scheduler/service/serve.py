@@ -210,11 +210,8 @@ class TickResult:
 
 
 def plan_summary(verb: str, runs: list[PlannedRun]) -> list[str]:
-    """One line per job and UTC day: how many runs were ``verb`` (planned, moved), from when to when, and why.
-
-    A short cron over a long horizon plans hundreds of runs at start; one line each buried the one
-    that mattered. The reasons are counted, most common first (``gridshift serve -v`` lists every run).
-    """
+    """One line per job and UTC day: how many runs were ``verb`` (planned, moved), from when to when, and why
+    (the two commonest reasons, counted). A short cron planned hundreds of runs at start, one line each."""
     groups: dict[tuple[str, str], list[PlannedRun]] = {}
     for run in runs:
         groups.setdefault((run.key.split("@", 1)[0], f"{run.run_at:%Y-%m-%d}"), []).append(run)
