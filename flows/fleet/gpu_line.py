@@ -16,7 +16,8 @@ clock belongs to a run whose process died, and the others step past it at once i
 until Prefect marks that run Crashed (up to two minutes). Such a record is deleted by the first run
 that finds it :data:`FORGET_S` old. The variable stays, marked ``holding``, while the run holds its
 GPUs (:mod:`flows.fleet.slots` counts those to free slots a lost lease left taken), and goes when it
-gives them back.
+gives them back; a holder that died leaves it to the slot check and the crash recorder, which delete
+it once Prefect no longer has the run Running.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from uuid import UUID
 from flows.fleet.names import utc
 
 __all__ = ["FORGET_S", "LINE_PREFIX", "LineRecord", "PlaceInLine", "REFRESH_S", "STALE_S", "WaitingLine",
-           "line_records", "line_variable", "live_ahead", "place_in_line", "place_of_run", "waiting_line"]
+           "forget_place", "line_records", "line_variable", "live_ahead", "place_in_line", "place_of_run",
+           "places_of_run", "waiting_line"]
 
 LINE_PREFIX = "gridshift-line--"
 #: how often a waiting run touches its place in line
@@ -108,6 +110,23 @@ def line_records(client: Any, limit: str) -> list[LineRecord]:
     return out
 
 
+def forget_place(client: Any, name: str) -> None:
+    """Delete a place in line (a no-op when another run deleted it first)."""
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        client.delete_variable_by_name(name)
+    except ObjectNotFound:
+        pass
+
+
+def places_of_run(client: Any, flow_run_id: str) -> list[str]:
+    """The names of every place ``flow_run_id`` holds in any line (a crashed run's, to clean up)."""
+    found = client.request("POST", "/variables/filter",
+                           json={"variables": {"name": {"like_": f"{LINE_PREFIX}%--{flow_run_id}"}}, "limit": 50}).json()
+    return [v["name"] for v in found if v["name"].endswith(f"--{flow_run_id}")]
+
+
 class WaitingLine:
     """One flow run's place in the line for ``limit``, kept as a Prefect variable only this run writes."""
 
@@ -146,8 +165,10 @@ class WaitingLine:
             records = line_records(self._client, self._limit)
             mine = next((r for r in records if r.name == self.name), None)
         reference = mine.touched if mine is not None else max((r.touched for r in records), default=self.place.placed_at)
-        for dead in (r for r in records if r.touched < reference - timedelta(seconds=FORGET_S)):
-            self._forget(dead.name)
+        # a waiter's place untouched this long is a dead waiter's (a holder's is never touched: the slot
+        # check and the crash recorder remove those, once the run is no longer Running)
+        for dead in (r for r in records if not r.holding and r.touched < reference - timedelta(seconds=FORGET_S)):
+            forget_place(self._client, dead.name)
         return live_ahead(self.place, records, reference)
 
     def join(self) -> None:
@@ -192,16 +213,9 @@ class WaitingLine:
     def leave(self) -> None:
         """Step out of line: delete this run's place (a no-op when it never joined)."""
         if self._joined:
-            self._forget(self.name)
+            forget_place(self._client, self.name)
             self._joined = False
 
-    def _forget(self, name: str) -> None:
-        from prefect.exceptions import ObjectNotFound
-
-        try:
-            self._client.delete_variable_by_name(name)
-        except ObjectNotFound:  # another run forgot it first
-            pass
 
 
 @contextmanager

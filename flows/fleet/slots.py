@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from flows.fleet.gpu_line import line_records
+from flows.fleet.gpu_line import forget_place, line_records
 
 __all__ = ["MEMORY_LEASES", "free_lost_slots", "held_slots", "lease_storage_note"]
 
@@ -33,13 +33,15 @@ def held_slots(client: object, limit: str) -> int:
     """GPU slots of ``limit`` held by Running flow runs, by their places in line marked ``holding``."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterState, FlowRunFilterStateType
 
-    holders = {r.place.flow_run_id: r.slots for r in line_records(client, limit) if r.holding}
-    if not holders:
+    records = {r.place.flow_run_id: r for r in line_records(client, limit) if r.holding}
+    if not records:
         return 0
-    running = client.read_flow_runs(flow_run_filter=FlowRunFilter(  # type: ignore[attr-defined]
-        id=FlowRunFilterId(any_=sorted(holders)),
-        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["RUNNING"]))), limit=len(holders))
-    return sum(holders[str(run.id)] for run in running)
+    running = {str(run.id) for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(  # type: ignore[attr-defined]
+        id=FlowRunFilterId(any_=sorted(records)),
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["RUNNING"]))), limit=len(records))}
+    for gone in set(records) - running:  # a holder that died, or ended without leaving: its place goes too
+        forget_place(client, records[gone].name)
+    return sum(records[run_id].slots for run_id in running)
 
 
 def free_lost_slots(limits: Sequence[str], announce: Callable[[str], None] = lambda _line: None) -> int:

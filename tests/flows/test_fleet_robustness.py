@@ -246,6 +246,9 @@ def test_a_server_restart_mid_run_leaks_no_gpu_and_loses_no_report(prefect_serve
                lambda: all(_slots(api, gpu_limit_name(s)) == 0 for s in sites), 180 - (time.monotonic() - back))
         settled = time.monotonic() - back
         assert report["status"] == "completed", report
+        said = httpx.post(f"{api}/logs/filter", timeout=30, json={"logs": {
+            "flow_run_id": {"any_": [run]}, "text": {"query": '"a lease the server lost"'}}}).json()
+        assert said, "the run's release named a lease the restart forgot: the slot check must have freed it"
         listed = gridshift("runs", "--job", "outage-long", "--json")
         assert listed.returncode == 0, listed.stderr
         assert [r["status"] for r in json.loads(listed.stdout)] == ["completed"]  # the ledger agrees
