@@ -24,6 +24,8 @@ SQLite unless ``--database-url``); the load average is printed next to each figu
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import socket
@@ -159,14 +161,14 @@ def _round(mode: str, n: int, env: dict[str, str], work: Path, api: str, tag: st
     sites = [f"{tag}a", f"{tag}b"]
     policy = work / f"{tag}.yaml"
     _policy(policy, f"bench-{tag}", sites)
-    with temporary_settings(updates={PREFECT_API_URL: api}):
-        deploy_policy(policy, work_pool=f"pool-{tag}", schedule=False)
+    with temporary_settings(updates={PREFECT_API_URL: api}), contextlib.redirect_stdout(io.StringIO()):
+        deploy_policy(policy, work_pool=f"pool-{tag}", schedule=False)  # (Prefect prints a table per deployment)
     go = work / f"{tag}.go"
     procs, outs = [], []
     for i in range(n):
         ready, out = work / f"{tag}-{i}.ready", work / f"{tag}-{i}.json"
         outs.append(out)
-        procs.append((ready, subprocess.Popen([sys.executable, *(["/tmp/p32/trace_submitter.py"] if os.environ.get("TRACE32") else ["-c", _SUBMITTER]), str(ready), str(go), str(out), mode,
+        procs.append((ready, subprocess.Popen([sys.executable, "-c", _SUBMITTER, str(ready), str(go), str(out), mode,
                                                 str(policy)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                                                stderr=subprocess.PIPE, text=True)))
     while not all(r.exists() for r, _ in procs):
@@ -179,8 +181,6 @@ def _round(mode: str, n: int, env: dict[str, str], work: Path, api: str, tag: st
     results = [json.loads(o.read_text()) if o.exists() else {"released": time.time(), "placed": time.time(),
                                                              "error": f"no result: {err[-500:]}"}
                for o, err in zip(outs, errs)]
-    if os.environ.get("TRACE32"):
-        Path(os.environ["TRACE32"]).write_text(json.dumps(results))
     released = min(r["released"] for r in results)
     latencies = sorted(r["placed"] - released for r in results)
     span = latencies[-1]
@@ -189,6 +189,7 @@ def _round(mode: str, n: int, env: dict[str, str], work: Path, api: str, tag: st
         "flow_runs": {"tags": {"all_": ["placed"]}}, "deployments": {"name": {"like_": f"bench-{tag}%"}},
         "limit": 200}).json()
     return {"mode": mode, "submits": n, "placed": len(runs), "errors": errors + [e for e in errs if "Traceback" in e],
+            "submits_printing_error_lines": sum(1 for e in errs if "| ERROR" in e or " ERROR " in e),
             "placements_per_min": 60.0 * len(results) / span, "p50_s": latencies[len(latencies) // 2],
             "p95_s": latencies[min(len(latencies) - 1, int(round(0.95 * (len(latencies) - 1))))],
             "span_s": span, "cpu_s_per_submit": sum(r.get("cpu_s", 0.0) for r in results) / len(results),
@@ -251,7 +252,7 @@ def main() -> None:
             os.environ.update(GRIDSHIFT_HOME=env["GRIDSHIFT_HOME"], PREFECT_HOME=env["PREFECT_HOME"])
             rows = []
             for r in range(args.rounds):
-                for mode in os.environ.get("MODES32", "single-lock,per-site").split(","):
+                for mode in ("single-lock", "per-site"):
                     rows.append(_round(mode, args.submits, env, work, api, f"r{r}{'s' if mode == 'single-lock' else 'p'}",
                                        server.pid))
         finally:
@@ -267,7 +268,7 @@ def main() -> None:
         print(f"  {row['mode']:>12}: {row['placements_per_min']:6.1f} placements/min, p50 {row['p50_s']:5.1f} s, "
               f"p95 {row['p95_s']:5.1f} s, all placed in {row['span_s']:5.1f} s, {row['cpu_s_per_submit']:.2f} s CPU "
               f"a submit, server {row['server_cpu_s']:.1f} s CPU; {row['placed']} runs, "
-              f"{len(row['errors'])} errors, at most {row['most_runs_booked_on_a_site_at_once']} runs booked on a site "
+              f"{len(row['errors'])} errors ({row['submits_printing_error_lines']} printed an ERROR line), at most {row['most_runs_booked_on_a_site_at_once']} runs booked on a site "
               f"at once, {row['booked_at_once']} booked to start at once, queued in arrival order: "
               f"{row['queued_in_arrival_order']}  [{row['load_at_release']}; after: {row['load_after']}]")
         for error in row["errors"][:3]:
