@@ -14,7 +14,8 @@ runs' tags was rewritten whole from an old copy, and a tag added meanwhile was l
 touches its variable every :data:`REFRESH_S`; one not touched for :data:`STALE_S` by the server's
 clock belongs to a run whose process died, and the others step past it at once instead of waiting
 until Prefect marks that run Crashed (up to two minutes). Such a record is deleted by the first run
-that finds it :data:`FORGET_S` old. The variable stays, marked ``holding``, while the run holds its
+that finds it :data:`FORGET_S` old. It is marked ``asking`` just before the run asks (it stays in line:
+no run behind it may race it for the slot) and ``holding`` once it has them, and stays while the run holds its
 GPUs (:mod:`flows.fleet.slots` counts those to free slots a lost lease left taken), and goes when it
 gives them back; a holder that died leaves it to the slot check and the crash recorder, which delete
 it once Prefect no longer has the run Running.
@@ -58,10 +59,16 @@ class LineRecord:
     """One run's place in a limit's line as the server has it: its place, whether it holds the GPUs, when touched."""
 
     place: PlaceInLine
-    holding: bool
+    #: "waiting" in line, "asking" for its slots (still in line: others must not pass it), or "holding" them
+    state: str
     touched: datetime
     name: str
     slots: int = 1
+
+    @property
+    def counts_as_holder(self) -> bool:
+        """Whether the slot check counts its slots as held: from before its ask until after its release."""
+        return self.state in ("asking", "holding")
 
 
 def line_variable(limit: str, flow_run_id: str) -> str:
@@ -88,9 +95,11 @@ def place_of_run(run: Any) -> PlaceInLine:
 def live_ahead(mine: PlaceInLine, records: list[LineRecord], reference: datetime,
                stale_s: float = STALE_S) -> list[PlaceInLine]:
     """The places ahead of ``mine`` whose runs still wait: touched within ``stale_s`` of ``reference``
-    (the server's time of this run's own last touch), not holding their GPUs already. First first."""
+    (the server's time of this run's own last touch), not holding their GPUs already. First first.
+
+    A run *asking* is still ahead: a run behind it that passed it then would race it for the same slot."""
     cutoff = reference - timedelta(seconds=stale_s)
-    return sorted(r.place for r in records if not r.holding and r.touched >= cutoff and r.place < mine)
+    return sorted(r.place for r in records if r.state != "holding" and r.touched >= cutoff and r.place < mine)
 
 
 def line_records(client: Any, limit: str) -> list[LineRecord]:
@@ -105,7 +114,7 @@ def line_records(client: Any, limit: str) -> list[LineRecord]:
             continue
         place = PlaceInLine(utc(datetime.fromisoformat(value["booked_start"])),
                             utc(datetime.fromisoformat(value["placed_at"])), str(value["flow_run_id"]))
-        out.append(LineRecord(place, bool(value.get("holding")), utc(datetime.fromisoformat(var["updated"])),
+        out.append(LineRecord(place, str(value.get("state", "waiting")), utc(datetime.fromisoformat(var["updated"])),
                               var["name"], int(value.get("slots", 1))))
     return out
 
@@ -144,14 +153,14 @@ class WaitingLine:
         self._clock = clock or time.monotonic
         self.name = line_variable(limit, flow_run_id)
         self._joined = False
-        self._holding = False
+        self._state = "waiting"
         self._announced = False
         self._touched_at = float("-inf")
         self.place = place_of_run(client.read_flow_run(UUID(flow_run_id)))
 
-    def _value(self, holding: bool) -> dict[str, Any]:
+    def _value(self, state: str) -> dict[str, Any]:
         return {"booked_start": self.place.booked_start.isoformat(), "placed_at": self.place.placed_at.isoformat(),
-                "flow_run_id": self.place.flow_run_id, "holding": holding,
+                "flow_run_id": self.place.flow_run_id, "state": state,
                 "slots": self._slots}
 
     def ahead(self) -> list[PlaceInLine]:
@@ -167,7 +176,7 @@ class WaitingLine:
         reference = mine.touched if mine is not None else max((r.touched for r in records), default=self.place.placed_at)
         # a waiter's place untouched this long is a dead waiter's (a holder's is never touched: the slot
         # check and the crash recorder remove those, once the run is no longer Running)
-        for dead in (r for r in records if not r.holding and r.touched < reference - timedelta(seconds=FORGET_S)):
+        for dead in (r for r in records if r.state == "waiting" and r.touched < reference - timedelta(seconds=FORGET_S)):
             forget_place(self._client, dead.name)
         return live_ahead(self.place, records, reference)
 
@@ -178,33 +187,38 @@ class WaitingLine:
 
         if not self._joined:
             try:
-                self._client.create_variable(VariableCreate(name=self.name, value=self._value(False),
+                self._client.create_variable(VariableCreate(name=self.name, value=self._value("waiting"),
                                                             tags=["gridshift", "gridshift-line"]))
             except ObjectAlreadyExists:  # a retry of this same run: take the place again
-                self._write(holding=False)
+                self._write("waiting")
             self._joined = True
             self._touched_at = self._clock()
 
     def _touch(self) -> None:
-        if self._joined and self._clock() - self._touched_at >= REFRESH_S:
-            self._write(holding=False)
+        if self._joined and self._state == "waiting" and self._clock() - self._touched_at >= REFRESH_S:
+            self._write("waiting")
 
-    def _write(self, *, holding: bool) -> None:
+    def _write(self, state: str) -> None:
         from prefect.client.schemas.actions import VariableUpdate
 
-        self._client.update_variable(VariableUpdate(name=self.name, value=self._value(holding)))
-        self._holding = holding
+        self._client.update_variable(VariableUpdate(name=self.name, value=self._value(state)))
+        self._state = state
         self._touched_at = self._clock()
 
+    def asking(self) -> None:
+        """The run is about to ask for its slots: counted as a holder from now on, and still in line."""
+        if self._joined and self._state != "asking":
+            self._write("asking")
+
     def holding(self) -> None:
-        """The run is about to ask for (and then holds) its slots: it counts as a holder, no longer as a waiter."""
-        if self._joined and not self._holding:
-            self._write(holding=True)
+        """The run has its slots: out of the line, still counted as a holder until it leaves."""
+        if self._joined:
+            self._write("holding")
 
     def waiting(self, ahead: int) -> None:
         """The run could not have its slots: say so once, with how many runs stand ahead of it."""
-        if self._joined and self._holding:  # it asked and was refused: a waiter again
-            self._write(holding=False)
+        if self._joined and self._state == "asking":  # it asked and was refused: a waiter again
+            self._write("waiting")
         if self._announce is not None and not self._announced:
             self._announce(f"{self._limit}: the GPU slots are taken; waiting in line behind {ahead} other run(s) "
                            f"(Prefect variable {self.name})")
@@ -224,7 +238,7 @@ def waiting_line(limit: str, flow_run_id: str, announce: Callable[[str], None] |
     """``flow_run_id`` standing in the line for ``limit``: joined on entry, left on exit whatever happens.
 
     ``announce`` gets one line if the run has to wait (for the run's log). The caller marks the
-    place ``holding`` before it asks; the place is left (deleted) on exit, after the slots went back.
+    place ``asking`` before it asks and ``holding`` once it has the slots; the place is left (deleted) on exit, after the slots went back.
     """
     from prefect.client.orchestration import get_client
 

@@ -158,10 +158,12 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
         if not ahead and free:
             asked = True
             if line is not None:
-                line.holding()  # counted as a holder from before the ask: a reconcile meanwhile never frees its slot
+                line.asking()  # counted as a holder from before the ask: a slot check meanwhile never frees its slot
             try:
                 stack.enter_context(concurrency(list(names), occupy=occupy, max_retries=0, strict=True,
                                                 lease_duration=lease_s, raise_on_lease_renewal_failure=False))
+                if line is not None:
+                    line.holding()  # out of the line: the runs behind it may ask now
                 return True
             except ConcurrencySlotAcquisitionError as exc:
                 cause = exc.__cause__
@@ -201,7 +203,7 @@ def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait
     if count > gpus_per_node:
         raise GpusBusy(f"the run needs {count} GPUs, the node at {site} has {gpus_per_node}")
     limit = gpu_limit_name(site)
-    # the place in line outlives the wait: marked holding, it tells a reconcile that this run has the slots
+    # the place in line outlives the wait: marked holding, it tells the slot check that this run has the slots
     try:
         with waiting_line(limit, flow_run_id, announce, slots=count) if flow_run_id else nullcontext() as line:
             with ExitStack() as stack:

@@ -6,8 +6,8 @@ across the restart can no longer give its slot back (its release names a lease t
 knows, and the server ignores it), and nothing would ever free that slot. A later run then waits for
 a phantom GPU.
 
-The truth is in the line (:mod:`flows.fleet.gpu_line`): a run marks its place ``holding`` before it
-asks for slots and deletes it after it gave them back. :func:`free_lost_slots` lowers a limit's
+The truth is in the line (:mod:`flows.fleet.gpu_line`): a run marks its place ``asking`` before it
+asks for slots, ``holding`` once it has them, and deletes it after it gave them back. :func:`free_lost_slots` lowers a limit's
 active slots to what the *Running* flow runs with such a mark hold, and never raises it. It never
 frees a live run's slot: a run is counted from before its ask until after its release, and a run
 whose process died is counted until Prefect marks it Crashed, by when its 60 s lease has lapsed and
@@ -30,10 +30,10 @@ MEMORY_LEASES = "prefect.server.concurrency.lease_storage.memory"
 
 
 def held_slots(client: object, limit: str) -> int:
-    """GPU slots of ``limit`` held by Running flow runs, by their places in line marked ``holding``."""
+    """GPU slots of ``limit`` held by Running flow runs, by their places in line marked ``asking`` or ``holding``."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterState, FlowRunFilterStateType
 
-    records = {r.place.flow_run_id: r for r in line_records(client, limit) if r.holding}
+    records = {r.place.flow_run_id: r for r in line_records(client, limit) if r.counts_as_holder}
     if not records:
         return 0
     running = {str(run.id) for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(  # type: ignore[attr-defined]
