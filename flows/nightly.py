@@ -166,8 +166,9 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
     policy = load_policy(policy_path)
     node = site_named(policy, site)
     me = flow_run.get_id()
-    with stop_when_orphaned(get_run_logger().warning), hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
-                   wait_s=_gpu_wait_s(placement), flow_run_id=me, announce=get_run_logger().info) as held:
+    with stop_when_orphaned(get_run_logger().warning), \
+            hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
+                      wait_s=_gpu_wait_s(placement), flow_run_id=me, announce=get_run_logger().info) as held:
         get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
         if placement and placement.get("queued") and me is not None:
             placement = _booked_from(me, placement, held.acquired_at)
@@ -194,9 +195,12 @@ def _booked_from(flow_run_id: str, placement: dict[str, Any], acquired: datetime
     from prefect.client.orchestration import get_client
 
     updated = {**placement, "gpus_acquired_at": acquired.isoformat()}
-    with get_client(sync_client=True) as client:  # only this run writes its own parameters while it runs
-        run = client.read_flow_run(UUID(flow_run_id))
-        client.update_flow_run(run.id, parameters={**(run.parameters or {}), "placement": updated})
+    try:
+        with get_client(sync_client=True) as client:  # only this run writes its own parameters while it runs
+            run = client.read_flow_run(UUID(flow_run_id))
+            client.update_flow_run(run.id, parameters={**(run.parameters or {}), "placement": updated})
+    except Exception as exc:  # the placers then book it from its planned start: later, never on its GPUs early
+        get_run_logger().warning("could not record when this run took its GPUs (%s: %s)", type(exc).__name__, exc)
     return updated
 
 
