@@ -199,7 +199,7 @@ def _booked_from(flow_run_id: str, placement: dict[str, Any], acquired: datetime
         with get_client(sync_client=True) as client:  # only this run writes its own parameters while it runs
             run = client.read_flow_run(UUID(flow_run_id))
             client.update_flow_run(run.id, parameters={**(run.parameters or {}), "placement": updated})
-    except Exception as exc:  # the placers then book it from its planned start: later, never on its GPUs early
+    except Exception as exc:  # the placers then book it from its planned start (or now), not from when it began
         get_run_logger().warning("could not record when this run took its GPUs (%s: %s)", type(exc).__name__, exc)
     return updated
 
