@@ -57,7 +57,7 @@ class _RefusedAsks(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Service 'ConcurrencySlotAcquisitionWithLeaseService' failed")
+        return not record.getMessage().startswith("Service 'ConcurrencySlotAcquisitionWithLeaseService' failed")
 
 
 def _quiet_refused_asks() -> None:

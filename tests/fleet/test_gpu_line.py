@@ -94,7 +94,8 @@ def test_waiting_runs_take_a_freed_gpu_in_the_order_they_were_booked(fleet_api, 
                 order.append(name)
 
         waiters = []
-        with hold_gpus(site, 1, 1, lock_dir=tmp_path):  # an overrunning run holds the node's one GPU
+        # an overrunning run holds the node's one GPU (a run in Prefect: the slot check counts it as the holder)
+        with hold_gpus(site, 1, 1, lock_dir=tmp_path, flow_run_id=_running_run(client, "overrunning", -60)):
             for name in ("second", "third", "first"):  # the first booked comes to wait last
                 waiters.append(threading.Thread(target=wait_for_the_gpu, args=(name,)))
                 waiters[-1].start()
@@ -141,7 +142,8 @@ def test_a_waiter_killed_in_line_stops_holding_it_up_within_seconds(fleet_api,
         waiter = multiprocessing.get_context("fork").Process(target=_stand_in_line_then_sleep,
                                                              args=(limit, dead, fleet_api.url))
         got: list[float] = []
-        with hold_gpus(site, 1, 1, lock_dir=tmp_path):  # the GPU is busy while both come to wait
+        with hold_gpus(site, 1, 1, lock_dir=tmp_path,  # the GPU is busy while both come to wait
+                       flow_run_id=_running_run(client, "overrunning", -60)):
             waiter.start()
             _until("the first-booked waiter stands in line", lambda: dead in _in_line(client, limit))
             behind = threading.Thread(target=lambda: got.append(_hold_and_time(site, tmp_path, alive)))
@@ -171,7 +173,7 @@ def test_a_tag_added_while_a_run_stands_in_line_is_kept(fleet_api, tmp_path: Pat
     with get_client(sync_client=True) as client:
         run = _running_run(client, "tagged", 0)
         done: list[bool] = []
-        with hold_gpus(site, 1, 1, lock_dir=tmp_path):
+        with hold_gpus(site, 1, 1, lock_dir=tmp_path, flow_run_id=_running_run(client, "overrunning", -60)):
             waiter = threading.Thread(target=lambda: done.append(bool(_hold_and_time(site, tmp_path, run))))
             waiter.start()
             _until("it stands in line", lambda: run in _in_line(client, limit))

@@ -142,9 +142,9 @@ def _submit(gridshift, policy: Path) -> str:
 
 
 @pytest.mark.timeout(900)
-def test_queued_runs_take_freed_gpus_at_once_and_a_dead_worker_leaves_nothing_running(prefect_server_pg, tmp_path,
+def test_queued_runs_take_freed_gpus_at_once_and_a_dead_worker_leaves_nothing_running(own_prefect_server_pg, tmp_path,
                                                                                       monkeypatch):
-    server = prefect_server_pg
+    server = own_prefect_server_pg
     env, api = server.env_for(tmp_path), server.url
     from flows.fleet.names import gpu_limit_name
 
