@@ -85,8 +85,9 @@ def nightly_retrain(
     run never waits for it, since Prefect starts the run at its scheduled time. ``site`` (one of the
     policy's sites; set by the per-site deployments): the run holds ``job.gpus`` of that node's GPU
     slots while it trains and pins those GPUs; when an overrunning run still holds them it waits for
-    them in Prefect's global concurrency limit (the same flow run, see :mod:`flows.fleet.gpus`); once it gave
-    them back, the run queued next on the site may start at once (:mod:`flows.fleet.early_start`).
+    them in Prefect's global concurrency limit (the same flow run, see :mod:`flows.fleet.gpus`), in line
+    (:mod:`flows.fleet.gpu_line`); a run queued behind busy GPUs starts at once and waits there, so it takes
+    a GPU the moment one frees.
     ``run_id`` and ``resume`` come with the next window of a pausable job (see :mod:`flows.job.windows`).
     ``placement`` (informational) is where and when the planner put the run, and why; it goes into the
     report. A policy with sites started without one is placed first: a planning run picks site and
@@ -154,6 +155,7 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
                    placement: dict[str, Any] | None, run_id: str | None,
                    resume: dict[str, Any] | None) -> dict[str, Any]:
     from flows.fleet.gpus import hold_gpus, pin_environment
+    from flows.fleet.orphans import stop_when_orphaned
     from flows.training import carbon_aware_training
     from scheduler.store.ledger import gridshift_home
     from scheduler.policy.loader import load_policy
@@ -163,36 +165,43 @@ def _train_on_site(policy_path: str, site: str, *, nominal_start: str | None, le
 
     policy = load_policy(policy_path)
     node = site_named(policy, site)
-    me, held_gpus = flow_run.get_id(), False
+    me = flow_run.get_id()
+    with stop_when_orphaned(get_run_logger().warning), \
+            hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
+                      wait_s=_gpu_wait_s(placement), flow_run_id=me, announce=get_run_logger().info) as held:
+        get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
+        if placement and placement.get("queued") and me is not None:
+            placement = _booked_from(me, placement, held.acquired_at)
+        with pin_environment(held.devices):
+            return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
+                                            ledger_path=ledger_path, start_now=True, site=site,
+                                            report_extra={**held.as_report(),
+                                                          **({"placement": placement} if placement else {})},
+                                            run_id=run_id, resume=resume)
+
+
+def _gpu_wait_s(placement: dict[str, Any] | None) -> float:
+    """How long the run may stand in line: GPU_WAIT_S past its booked start (a queued run starts waiting at once)."""
+    if not placement or not placement.get("start"):
+        return GPU_WAIT_S
+    booked = datetime.fromisoformat(placement["start"])
+    return GPU_WAIT_S + max((booked - datetime.now(timezone.utc)).total_seconds(), 0.0)
+
+
+def _booked_from(flow_run_id: str, placement: dict[str, Any], acquired: datetime) -> dict[str, Any]:
+    """A queued run that has its GPUs books them from now on: written into its ``placement`` for the placers."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    updated = {**placement, "gpus_acquired_at": acquired.isoformat()}
     try:
-        with hold_gpus(site, policy.job.gpus, node.gpus_per_node, lock_dir=gridshift_home() / "gpu-locks",
-                       wait_s=GPU_WAIT_S, flow_run_id=me, announce=get_run_logger().info) as held:
-            held_gpus = True
-            get_run_logger().info("holding GPU(s) %s of %s (%s)", ",".join(map(str, held.devices)), site, held.limit)
-            with pin_environment(held.devices):
-                return carbon_aware_training.fn(policy_path=policy_path, nominal_start=nominal_start,
-                                                ledger_path=ledger_path, start_now=True, site=site,
-                                                report_extra={**held.as_report(),
-                                                              **({"placement": placement} if placement else {})},
-                                                run_id=run_id, resume=resume)
-    finally:
-        if held_gpus and me is not None:
-            _hand_on_gpus(node, me)
-
-
-def _hand_on_gpus(node: Any, finished_run_id: str) -> None:
-    """The GPUs this run gave back go to the run queued next on its site, now (see :mod:`flows.fleet.early_start`)."""
-    from flows.fleet.early_start import start_queued_early
-
-    logger = get_run_logger()
-    try:
-        moved = start_queued_early(node, finished_run_id=finished_run_id)
-    except Exception as exc:  # the run itself is over; a queued run then starts at its booked time
-        logger.info("%s: could not move the next queued run to now (%s: %s); it starts at its booked time",
-                       node.name, type(exc).__name__, exc)
-        return
-    if moved is not None:
-        logger.info(moved.sentence(node.name))
+        with get_client(sync_client=True) as client:  # only this run writes its own parameters while it runs
+            run = client.read_flow_run(UUID(flow_run_id))
+            client.update_flow_run(run.id, parameters={**(run.parameters or {}), "placement": updated})
+    except Exception as exc:  # the placers then book it from its planned start (or now), not from when it began
+        get_run_logger().warning("could not record when this run took its GPUs (%s: %s)", type(exc).__name__, exc)
+    return updated
 
 
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:

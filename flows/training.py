@@ -193,9 +193,13 @@ def write_ledger(report: dict[str, Any], ledger_path: str | None) -> None:
 
 
 @task(name="record report", cache_policy=NO_CACHE)
-def publish_artifact(report: dict[str, Any]) -> None:
-    create_markdown_artifact(key=artifact_key(report["run_id"]), markdown=report_markdown(report),
-                             description=f"gridshift run {report['run_id']} of {report['job']}")
+def publish_artifact(report: dict[str, Any], log: Callable[[str], None] = lambda _line: None) -> None:
+    """The run's artifact; a deployment run whose server is away waits for it to come back (flows.run.api_outage)."""
+    from flows.run.api_outage import API_RETURN_WAIT_S, through_outage
+
+    through_outage(lambda: create_markdown_artifact(key=artifact_key(report["run_id"]), markdown=report_markdown(report),
+                                                    description=f"gridshift run {report['run_id']} of {report['job']}"),
+                   what="run artifact", log=log, wait_s=API_RETURN_WAIT_S if flow_run_deployment() is not None else 0.0)
 
 
 @dataclass
@@ -373,7 +377,7 @@ def carbon_aware_training(
             raise
         logger.warning("run not recorded: %s: %s", type(exc).__name__, exc)
     try:
-        publish_artifact(report)
+        publish_artifact(report, log=logger.warning)
     except Exception as exc:  # the ledger has the report; a missing artifact must not fail the run
         logger.warning("Prefect artifact not written: %s: %s", type(exc).__name__, exc)
     if raised is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,64 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def _production_server(home: Path):
+    from tests.flows.local_server import LocalPrefectServer
+    from tests.flows.local_services import LocalPostgres, LocalRedis, production_env
+
+    postgres, redis = LocalPostgres(), LocalRedis(home / "redis")
+    try:
+        postgres.start()
+        redis.start()
+        server = LocalPrefectServer(home, production_env(postgres, redis))
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        redis.stop()
+        postgres.stop()
+
+
+@pytest.fixture(scope="session")
+def prefect_server_pg(tmp_path_factory: pytest.TempPathFactory):
+    """Prefect's production setup, for the fleet: a real `prefect server start` on a throwaway PostgreSQL,
+    with Redis for messaging and lease storage (tests/flows/local_services.py). One per session (per
+    xdist worker that needs it). Skips locally without the binaries, FAILS in CI."""
+    with _production_server(tmp_path_factory.mktemp("prefect-server-pg")) as server:
+        yield server
+
+
+@pytest.fixture
+def own_prefect_server_pg(tmp_path_factory: pytest.TempPathFactory):
+    """The production setup for one test alone: a test that kills workers and flow processes on it leaves the
+    session's shared one untouched."""
+    with _production_server(tmp_path_factory.mktemp("own-prefect-server-pg")) as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def fleet_api(request: pytest.FixtureRequest):
+    """This process's Prefect client pointed, for one test, at the SQLite server (``prefect_server``) or at the
+    production setup (``prefect_server_pg``): the fleet's real-server tests run on both. Yields the server."""
+    server = request.getfixturevalue("prefect_server" if request.param == "sqlite" else "prefect_server_pg")
+    request.getfixturevalue("prefect_harness")  # the process-wide settings it sets up, then this test's server
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from prefect.concurrency.services import ConcurrencySlotAcquisitionWithLeaseService
+
+    with temporary_settings({PREFECT_API_URL: server.url}):
+        with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+            try:
+                yield server
+            finally:
+                # Prefect keeps one slot-acquisition service per set of limit names, bound to the server it first
+                # talked to: the other variant of the same test (same names) must not send its asks there
+                ConcurrencySlotAcquisitionWithLeaseService.drain_all()
 
 
 @pytest.fixture(scope="session")

@@ -125,6 +125,7 @@ def serve(
     deployment: Annotated[Optional[list[str]], typer.Option(help="'flow/deployment' per policy (default: gridshift-nightly/<job name>).")] = None,
     db: Annotated[Optional[Path], typer.Option(help="SQLite store of planned runs (default: $GRIDSHIFT_HOME/serve.sqlite).")] = None,
     poll_s: Annotated[float, typer.Option(help="Re-plan every this many seconds.")] = 900.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="One line per planned or moved run (default: one per policy and day).")] = False,
 ) -> None:
     """Plan each policy's runs, keep them in a persistent store, trigger the deployments at the chosen times.
 
@@ -156,9 +157,12 @@ def serve(
     from flows.deployments.deploy import trigger_deployment
     from scheduler.service.serve import PlanningService, default_store_path
 
+    _free_lost_slots([pol for _, pol in loaded])
+
     store = db or default_store_path()
     service = PlanningService(db_path=store, plan=serve_plan(loaded, targets), trigger=trigger_deployment,
-                              poll_interval_s=poll_s, log=lambda m: typer.echo(f"gridshift serve: {m}", err=True))
+                              poll_interval_s=poll_s, log=lambda m: typer.echo(f"gridshift serve: {m}", err=True),
+                              verbose=verbose)
     stopped_by: list[int] = []
 
     def _stop(signum: int, _frame: object) -> None:
@@ -174,6 +178,19 @@ def serve(
     if stopped_by:
         typer.echo(f"gridshift serve: stopped by {signal.Signals(stopped_by[0]).name}", err=True)
         raise typer.Exit(128 + stopped_by[0])
+
+
+def _free_lost_slots(policies: list[Any]) -> None:
+    """At start, free GPU slots that a restarted server's lost leases left taken (policies with sites)."""
+    from flows.fleet.names import gpu_limit_name
+    from flows.fleet.slots import free_lost_slots
+
+    limits = sorted({gpu_limit_name(s.name) for pol in policies for s in pol.sites})
+    if limits:
+        try:
+            free_lost_slots(limits, announce=lambda m: typer.echo(f"gridshift serve: {m}", err=True))
+        except Exception as exc:  # the check runs again on the runs' own waits and releases
+            typer.echo(f"gridshift serve: could not check the GPU slots ({type(exc).__name__}: {exc})", err=True)
 
 
 def serve_plan(loaded: list[tuple[Path, Any]], targets: list[str], monitors: list[Any] | None = None,

@@ -29,6 +29,7 @@ def check(
     policy's folder). A recurring job's next five runs are shown in the policy's time zone and UTC (`next_runs`
     in --json, ISO-8601 UTC, and `next_runs_local`), read as Prefect's deployment schedule reads the cron.
     """
+    from scheduler.policy.checks import policy_warnings
     from scheduler.policy.cron import next_runs
     from scheduler.errors import PolicyError
     from scheduler.policy.loader import load_policy
@@ -40,7 +41,7 @@ def check(
             policy = load_policy(f)
         except PolicyError as exc:
             results.append({"file": str(f), "ok": False, "errors": [i.to_json() for i in exc.issues],
-                            "hidden_errors": exc.hidden, "next_runs": []})
+                            "hidden_errors": exc.hidden, "warnings": [], "next_runs": []})
             if not json_out:
                 for line in exc.lines():
                     typer.echo(line, err=True)
@@ -48,7 +49,8 @@ def check(
         job = policy.job
         runs = next_runs(job.cron, now, tz=job.timezone) if job.cron is not None else []
         zone = ZoneInfo(job.timezone)
-        results.append({"file": str(f), "ok": True, "errors": [], "hidden_errors": 0,
+        warnings = policy_warnings(policy)
+        results.append({"file": str(f), "ok": True, "errors": [], "hidden_errors": 0, "warnings": warnings,
                         "next_runs": [t.isoformat() for t in runs],
                         "next_runs_local": [t.astimezone(zone).isoformat() for t in runs]})
         if not json_out:
@@ -56,6 +58,8 @@ def check(
                        f"rule {policy.rules.kind}; backend {policy.backend.name})")
             if runs:
                 typer.echo(f"  next runs ({job.cron!r} in {job.timezone}): " + ", ".join(_both_zones(t, zone) for t in runs))
+            for warning in warnings:
+                typer.echo(f"{f}: warning: {warning}", err=True)
     bad = sum(not r["ok"] for r in results)
     if json_out:
         typer.echo(json.dumps({"status": "error" if bad else "ok", "exit_code": EXIT_INPUT if bad else 0,

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 from uuid import UUID
 
+from flows.fleet.names import HEARTBEAT_TAG, site_deployment_name
+
 if TYPE_CHECKING:  # Prefect is imported when a deployment is made, not when the CLI starts
     from prefect.schedules import Schedule
 
@@ -40,8 +42,6 @@ RECORD_ENTRYPOINT = "flows/deployments/fleet_runs.py:record_crashed_run"
 HEARTBEAT_S = 30
 #: a site run whose heartbeats stopped this long ago is marked Crashed (three missed beats)
 CRASH_AFTER_S = 90
-#: site deployments and placed runs carry it; the mark-crashed automation watches only runs with it
-HEARTBEAT_TAG = "gridshift-heartbeat"
 #: the one automation (server-wide) that marks heartbeat-less gridshift runs Crashed
 MARK_CRASHED = "gridshift: mark site runs crashed when their heartbeats stop"
 
@@ -181,9 +181,10 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
     one line per deployment replaced, per limit created or resized and per automation created.
     """
     from flows.deployments.fleet_runs import record_crashed_run
-    from flows.fleet.gpus import ensure_limits, gpu_limit_name
+    from flows.fleet.gpus import ensure_limits
+    from flows.fleet.names import gpu_limit_name, placing_limit_name
+    from flows.fleet.slots import free_lost_slots, lease_storage_note
     from flows.nightly import nightly_retrain
-    from flows.fleet.placing import placing_limit_name
     from scheduler.errors import PolicyError
     from scheduler.policy.loader import load_policy
 
@@ -231,6 +232,10 @@ def deploy_policy(policy_path: str | Path, *, work_pool: str = "gridshift", name
         for line in ensure_limits(limits) + ensure_limits({placing_limit_name(s.name): 1 for s in policy.sites},
                                                           "placement at a time"):
             notify(line)
+        free_lost_slots(list(limits), announce=notify)  # slots a restarted server's lost leases left taken
+        note = lease_storage_note()
+        if note is not None:
+            notify(note)
         record_name = f"{dep_name}-record-crashed"
         recorder_id = record_crashed_run.from_source(source=str(source), entrypoint=RECORD_ENTRYPOINT).deploy(
             name=record_name, work_pool_name=work_pool, build=False, push=False, print_next_steps=False,
@@ -297,11 +302,6 @@ def _ensure_crash_automations(site_deployments: list[UUID], recorder: UUID, reco
             if not existing:
                 lines.append(f"created automation '{automation.name}'")
     return lines
-
-
-def site_deployment_name(deployment: str, site: str) -> str:
-    """The deployment that runs ``deployment``'s job at ``site`` (on the site's pool and queue)."""
-    return f"{deployment}-{site}"
 
 
 def trigger_deployment(*, key: str, deployment: str, planned_start: str | None = None,

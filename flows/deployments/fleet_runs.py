@@ -86,7 +86,8 @@ def record_crashed_run(flow_run_id: str, job: str, policy_path: str, ledger_path
     from prefect.client.orchestration import get_client
 
     from flows.run.artifacts import artifact_key, report_markdown
-    from flows.fleet.placing import utc
+    from flows.fleet.gpu_line import forget_place, places_of_run
+    from flows.fleet.names import utc
     from scheduler.store.ledger import Ledger
 
     logger = get_run_logger()
@@ -95,6 +96,9 @@ def record_crashed_run(flow_run_id: str, job: str, policy_path: str, ledger_path
     if run.state is None or run.state.type.value != "CRASHED":
         logger.info("flow run %s is %s, not Crashed: nothing to record", flow_run_id, run.state_type)
         return {"recorded": False, "flow_run_id": flow_run_id}
+    with get_client(sync_client=True) as client:  # its places in the GPU lines (a dead holder's stay otherwise)
+        for name in places_of_run(client, flow_run_id):
+            forget_place(client, name)
     ended = utc(run.state.timestamp) if run.state.timestamp else datetime.now(timezone.utc)
     report = crashed_report(flow_run_id=flow_run_id, flow_run_name=run.name, job=job, policy=policy_path,
                             parameters=dict(run.parameters or {}), reason=run.state.message or "crashed",

@@ -19,6 +19,7 @@ dead process's locks.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import random
 import time
@@ -30,11 +31,11 @@ from pathlib import Path
 from typing import IO
 
 from flows.fleet.gpu_line import WaitingLine, waiting_line
+from flows.fleet.names import GPU_LIMIT_PREFIX, gpu_limit_name
 
 __all__ = ["GpuHold", "GpusBusy", "GPU_LEASE_S", "GPU_LIMIT_PREFIX", "SLOT_POLL_S", "ensure_limits", "gpu_limit_name",
            "hold_gpus", "pin_environment", "room_for", "take_slots"]
 
-GPU_LIMIT_PREFIX = "gridshift-gpus-"
 #: Prefect's shortest lease: a node that died gives its GPU slots back at most this long after
 GPU_LEASE_S = 60.0
 #: how often a waiter asks again for slots that are taken (plus up to half as much jitter, so waiters
@@ -42,8 +43,27 @@ GPU_LEASE_S = 60.0
 #: 30 s once a few waiters have been turned away, so a slot could stay free for 30 s while runs
 #: wait for it and the next in line was whoever happened to wake first.
 SLOT_POLL_S = 1.0
+#: how often the first run in line, finding the slots taken, checks them against the runs that hold them
+RECONCILE_S = 15.0
 #: the jitter's own generator: waiting threads leave the process's global random state alone
 _JITTER = random.Random()
+
+
+class _RefusedAsks(logging.Filter):
+    """Drops Prefect's ERROR line for a refused slot request (HTTP 423): gridshift handles the refusal itself.
+
+    Prefect's lease service logs every refused ask at ERROR, with the Future it failed, from its own
+    event-loop thread; concurrent ``gridshift submit``s printed them although all placed.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Service 'ConcurrencySlotAcquisitionWithLeaseService' failed")
+
+
+def _quiet_refused_asks() -> None:
+    logger = logging.getLogger("prefect._internal.concurrency")
+    if not any(isinstance(f, _RefusedAsks) for f in logger.filters):
+        logger.addFilter(_RefusedAsks())
 
 
 class GpusBusy(Exception):
@@ -64,11 +84,6 @@ class GpuHold:
     def as_report(self) -> dict[str, object]:
         return {"site": self.site, "gpu_limit": self.limit, "gpus": list(self.devices),
                 "gpus_asked_at": self.asked_at.isoformat(), "gpus_acquired_at": self.acquired_at.isoformat()}
-
-
-def gpu_limit_name(site: str) -> str:
-    """The global concurrency limit that counts the GPUs of ``site``'s node."""
-    return f"{GPU_LIMIT_PREFIX}{site}"
 
 
 def ensure_limits(slots_by_name: dict[str, int], what: str = "GPU slots") -> list[str]:
@@ -127,15 +142,28 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
     from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
     from prefect.concurrency.sync import concurrency
 
+    _quiet_refused_asks()
     deadline = time.monotonic() + wait_s
     asked = False
+    reconciled_at = float("-inf")
     while True:
         ahead = [] if line is None else line.ahead()
-        if not ahead and (not asked or room_for(names, occupy)):
+        free = not asked or room_for(names, occupy)
+        if not ahead and not free and line is not None and time.monotonic() - reconciled_at >= RECONCILE_S:
+            # first in line and the slots look taken: some may be a lost lease's (a server restart), not a run's
+            from flows.fleet.slots import free_lost_slots
+
+            reconciled_at = time.monotonic()
+            free = bool(free_lost_slots(names, announce=line.announce)) and room_for(names, occupy)
+        if not ahead and free:
             asked = True
+            if line is not None:
+                line.asking()  # counted as a holder from before the ask: a slot check meanwhile never frees its slot
             try:
                 stack.enter_context(concurrency(list(names), occupy=occupy, max_retries=0, strict=True,
                                                 lease_duration=lease_s, raise_on_lease_renewal_failure=False))
+                if line is not None:
+                    line.holding()  # out of the line: the runs behind it may ask now
                 return True
             except ConcurrencySlotAcquisitionError as exc:
                 cause = exc.__cause__
@@ -175,15 +203,32 @@ def hold_gpus(site: str, count: int, gpus_per_node: int, *, lock_dir: Path, wait
     if count > gpus_per_node:
         raise GpusBusy(f"the run needs {count} GPUs, the node at {site} has {gpus_per_node}")
     limit = gpu_limit_name(site)
-    with ExitStack() as stack:
-        with waiting_line(limit, flow_run_id, announce) if flow_run_id else nullcontext() as line:
-            asked_at = datetime.now(timezone.utc)
-            taken = take_slots([limit], count, wait_s=wait_s, lease_s=GPU_LEASE_S, stack=stack, line=line)
-        if not taken:
-            raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free" + (f" for {wait_s:.0f} s" if wait_s > 0 else ""))
-        devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
-        yield GpuHold(site=site, limit=limit, devices=devices, asked_at=asked_at,
-                      acquired_at=datetime.now(timezone.utc))
+    # the place in line outlives the wait: marked holding, it tells the slot check that this run has the slots
+    try:
+        with waiting_line(limit, flow_run_id, announce, slots=count) if flow_run_id else nullcontext() as line:
+            with ExitStack() as stack:
+                asked_at = datetime.now(timezone.utc)
+                taken = take_slots([limit], count, wait_s=wait_s, lease_s=GPU_LEASE_S, stack=stack, line=line)
+                if not taken:
+                    raise GpusBusy(f"{limit}: fewer than {count} GPU slot(s) free"
+                                   + (f" for {wait_s:.0f} s" if wait_s > 0 else ""))
+                devices = _lock_free_devices(lock_dir / site, gpus_per_node, count, stack)
+                yield GpuHold(site=site, limit=limit, devices=devices, asked_at=asked_at,
+                              acquired_at=datetime.now(timezone.utc))
+    finally:
+        if flow_run_id:
+            _check_after_release(limit, announce)
+
+
+def _check_after_release(limit: str, announce: Callable[[str], None] | None) -> None:
+    """After giving its slots back, a run checks them against their holders: a release that named a lease
+    the server lost (a restart while the run trained) gave nothing back, and would leave a slot taken for good."""
+    from flows.fleet.slots import free_lost_slots
+
+    try:
+        free_lost_slots([limit], announce=announce or (lambda _line: None))
+    except Exception:  # the run is over either way; the next run in line checks again
+        pass
 
 
 @contextmanager

@@ -27,6 +27,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from carbon.series import IntensitySeries
+from flows.fleet.site_lock import SiteHold, hold_sites
+from flows.fleet.names import HEARTBEAT_TAG, PLACING_LIMIT_PREFIX, placing_limit_name, site_deployment_name, utc
 from scheduler.service.placement import Booking, Placement, place_run
 from scheduler.policy.types import Policy
 from scheduler.policy.sites import policy_at_site
@@ -36,25 +38,13 @@ __all__ = ["PLACING_LIMIT_PREFIX", "SubmittedRun", "booking_of_run", "fleet_book
 
 #: states of a flow run that holds (or will hold) its node's GPUs
 _HOLDING = ["SCHEDULED", "PENDING", "RUNNING"]
+#: flow runs read per request
+_PAGE = 200
 
-PLACING_LIMIT_PREFIX = "gridshift-placing-"
-#: how long a placement waits for another placement of the same sites to finish (each takes seconds)
+#: how long a placement waits for another placement of the same site to book (each holds it for a read and a create)
 PLACING_WAIT_S = 300.0
-#: Prefect's shortest lease; a placer that dies mid-placement blocks the sites no longer than this
-_PLACING_LEASE_S = 60.0
-
-
-def utc(value: datetime) -> datetime:
-    """``value`` as a stdlib datetime in UTC (Prefect's pendulum DateTime included); naive values are refused."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{value!r}: a time without a time zone cannot be placed")
-    # via the timestamp, not astimezone: a pendulum DateTime stays pendulum (and loses its zone on +timedelta)
-    return datetime.fromtimestamp(value.timestamp(), tz=timezone.utc)
-
-
-def placing_limit_name(site: str) -> str:
-    """The global concurrency limit (of 1) that serialises placements onto ``site``."""
-    return f"{PLACING_LIMIT_PREFIX}{site}"
+#: how many times a placement plans again when another booked the GPUs it planned on meanwhile
+PLACING_ATTEMPTS = 20
 
 
 @dataclass(frozen=True)
@@ -97,58 +87,63 @@ def _site_forecasts(policy: Policy, now: datetime, nominal: datetime) -> tuple[d
 def booking_of_run(placement: Mapping[str, Any], state: str, started: datetime | None, now: datetime) -> Booking:
     """The GPUs a placed run holds or will hold, from its ``placement`` parameter and its Prefect state.
 
-    A RUNNING run holds them from when it really started, for its planned length (a late start
-    finishes late). A run not started yet (Scheduled or Pending) holds them from its planned start,
-    or from ``now`` when that has passed (a late run starts as soon as a worker takes it).
+    A RUNNING run holds them from when it took its GPUs (``gpus_acquired_at``, which a queued run
+    writes into its placement), else from when it really started, for its planned length (a late
+    start finishes late). A run not started yet (Scheduled or Pending), or queued and still standing
+    in line, holds them from its planned start, or from ``now`` when that has passed (a late run
+    starts as soon as a worker takes it or the GPUs free).
     """
     start, finish = utc(datetime.fromisoformat(placement["start"])), utc(datetime.fromisoformat(placement["finish"]))
     length = finish - start
-    if state == "RUNNING" and started is not None:
+    queued = bool(placement.get("queued", False))
+    if state == "RUNNING" and placement.get("gpus_acquired_at"):
+        begun = utc(datetime.fromisoformat(placement["gpus_acquired_at"]))
+    elif state == "RUNNING" and started is not None and not queued:
         begun = utc(started)
-    else:
+    else:  # not started, or queued and standing in line for its GPUs (it started to wait, not to train)
         begun = max(start, utc(now))
-    return Booking(str(placement["site"]), begun, begun + length, int(placement.get("gpus", 1)),
-                   queued=bool(placement.get("queued", False)))
+    return Booking(str(placement["site"]), begun, begun + length, int(placement.get("gpus", 1)), queued=queued)
 
 
-def placed_runs(site_names: Sequence[str], now: datetime) -> list[tuple[Any, Booking]]:
-    """The gridshift flow runs placed on ``site_names`` that have not finished yet, each with its GPU booking."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType, FlowRunFilterTags
+def placed_runs(site_names: Sequence[str], now: datetime, client: Any = None) -> list[tuple[dict[str, Any], Booking]]:
+    """The gridshift flow runs placed on ``site_names`` that have not finished yet (as the API's JSON), each
+    with its GPU booking. ``client``: a Prefect sync client to reuse (placement reads through one)."""
+    if client is None:
+        from prefect.client.orchestration import get_client
 
-    with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_HOLDING)),
-            tags=FlowRunFilterTags(all_=["gridshift"])), limit=200)
-    out: list[tuple[Any, Booking]] = []
-    for run in runs:
-        placed = (run.parameters or {}).get("placement") or {}
-        if placed.get("site") in site_names and run.state_type is not None:
-            out.append((run, booking_of_run(placed, run.state_type.value, run.start_time, now)))
-    return out
+        with get_client(sync_client=True) as own:
+            return placed_runs(site_names, now, own)
+    # plain JSON, not FlowRun models: a placer reads every placed run once or twice per placement
+    out: list[tuple[dict[str, Any], Booking]] = []
+    offset = 0
+    while True:
+        page = client.request("POST", "/flow_runs/filter", json={
+            "flow_runs": {"state": {"type": {"any_": _HOLDING}}, "tags": {"any_": [f"site:{s}" for s in site_names]}},
+            "sort": "ID_DESC", "limit": _PAGE, "offset": offset}).json()
+        for run in page:
+            placed = (run.get("parameters") or {}).get("placement") or {}
+            if placed.get("site") in site_names and run.get("state_type"):
+                started = datetime.fromisoformat(run["start_time"]) if run.get("start_time") else None
+                out.append((run, booking_of_run(placed, run["state_type"], started, now)))
+        if len(page) < _PAGE:
+            return out
+        offset += _PAGE
 
 
-def fleet_bookings(site_names: Sequence[str], now: datetime) -> list[Booking]:
+def fleet_bookings(site_names: Sequence[str], now: datetime, client: Any = None) -> list[Booking]:
     """The GPU bookings of gridshift runs placed on ``site_names`` that have not finished yet."""
-    return [booking for _, booking in placed_runs(site_names, now)]
+    return [booking for _, booking in placed_runs(site_names, now, client)]
 
 
 @contextmanager
-def placing_lock(site_names: Sequence[str], *, wait_s: float = PLACING_WAIT_S) -> Iterator[None]:
-    """Hold the placing slot of every site in ``site_names`` (one request: all or none, so no deadlock)."""
-    from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
+def placing_lock(site_names: Sequence[str], *, wait_s: float = PLACING_WAIT_S, client: Any = None) -> Iterator[SiteHold]:
+    """Hold the placing slot of every site in ``site_names`` (one request: all or none, so no deadlock).
 
-    from flows.fleet.gpus import take_slots
-
-    names = [placing_limit_name(s) for s in sorted(site_names)]
-    with ExitStack() as stack:
-        try:
-            held = take_slots(names, 1, wait_s=wait_s, lease_s=_PLACING_LEASE_S, stack=stack)
-        except ConcurrencySlotAcquisitionError as exc:  # strict: a fleet deployed before the limits existed
-            raise RuntimeError(f"{exc}; run `gridshift deploy` for this policy again to create them") from None
-        if not held:
-            raise RuntimeError(f"{', '.join(names)}: another placement held the sites for {wait_s:.0f} s")
-        yield
+    Raises RuntimeError (:class:`flows.fleet.site_lock.SiteLockError`) when a limit is missing or the
+    sites stay held for ``wait_s``. ``client``: a Prefect sync client to reuse.
+    """
+    with hold_sites([placing_limit_name(s) for s in site_names], wait_s=wait_s, client=client) as held:
+        yield held
 
 
 def on_grid(moment: datetime, anchor: datetime, slot_s: float) -> datetime:
@@ -201,39 +196,103 @@ def plan_placement(policy: Policy, *, nominal: datetime, now: datetime, start_no
 
 def submit_placed_run(policy_path: str, *, deployment: str, nominal: datetime | None = None,
                       start_now: bool = False, key: str | None = None, ledger_path: str | None = None,
-                      workdir: str | None = None, now: datetime | None = None) -> SubmittedRun:
+                      workdir: str | None = None, now: datetime | None = None,
+                      attempts: int = PLACING_ATTEMPTS) -> SubmittedRun:
     """Place one run of ``policy_path`` and create its flow run on ``<deployment>-<site>`` at the chosen start.
 
     ``deployment`` is the policy's main deployment ("flow/name", as ``gridshift deploy`` made it);
     ``key`` (e.g. ``job@nominal``) makes a repeated submission create no second run.
-    """
-    from prefect.deployments import run_deployment
 
-    from flows.deployments.deploy import HEARTBEAT_TAG, site_deployment_name
+    Plans first on the fleet's bookings as read, holding nothing. Then it holds only the chosen
+    site's placing lock, reads the bookings again and plans again on them: when the same site still
+    wins, it books there before letting go. When another site now wins (the GPUs it planned on were
+    booked meanwhile), it holds that site too if it is free at once and books there; else it lets go
+    and waits for that site's lock instead (it never waits while holding one, so no deadlock), up to
+    ``attempts`` times. So placements onto different sites run side by side, and a site is held for
+    one read, one plan and one create.
+    """
     from scheduler.policy.loader import load_policy
 
     policy = load_policy(policy_path)
     sites = [s.name for s in policy.sites]
-    read_at = utc(now) if now is not None else datetime.now(timezone.utc)
-    forecasts, static = _site_forecasts(policy, read_at, utc(nominal) if nominal is not None else read_at)
-    with placing_lock(sites):
-        # "now" is when this placement got the fleet: a run that waited for the lock is not planned in the past
-        now = max(utc(now), datetime.now(timezone.utc)) if now is not None else datetime.now(timezone.utc)
-        nominal = utc(nominal) if nominal is not None else now
-        placed = plan_placement(policy, nominal=nominal, now=now, start_now=start_now,
-                                bookings=fleet_bookings(sites, now), forecasts=forecasts, static_sites=static)
-        target = site_deployment_name(deployment, placed.site)
-        plan = placed.plan
-        run = run_deployment(
-            name=target, timeout=0, as_subflow=False, idempotency_key=key, scheduled_time=max(plan.start, now),
-            tags=["gridshift", "placed", f"site:{placed.site}", HEARTBEAT_TAG],
-            parameters={"policy_path": policy_path, "plan": False, "nominal_start": nominal.isoformat(),
-                        "planned_start": plan.start.isoformat(), "ledger_path": ledger_path, "workdir": workdir,
-                        "site": placed.site,
-                        "placement": {"site": placed.site, "start": plan.start.isoformat(),
-                                      "finish": plan.finish.isoformat(), "gpus": policy.job.gpus,
-                                      "placed_at": now.isoformat(), "queued": placed.queued,
-                                      "carbon_g": round(plan.carbon_g, 4),
-                                      "reasons": list(placed.reasons)}},
-        )
-    return SubmittedRun(flow_run_id=str(run.id), deployment=target, placement=placed)
+    first = utc(now) if now is not None else datetime.now(timezone.utc)
+    forecasts, static = _site_forecasts(policy, first, utc(nominal) if nominal is not None else first)
+
+    def plan(at: datetime, bookings: Sequence[Booking]) -> Placement:
+        return plan_placement(policy, nominal=utc(nominal) if nominal is not None else at, now=at,
+                              start_now=start_now, bookings=bookings, forecasts=forecasts, static_sites=static)
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:  # one client for the whole placement: set-ups cost CPU
+        at = max(first, datetime.now(timezone.utc))
+        placed = plan(at, fleet_bookings(sites, at, client))
+        targets: dict[str, tuple[str, Any]] = {}
+        for _ in range(attempts):
+            _deployment(client, deployment, placed.site, targets)  # read before holding the site
+            with ExitStack() as stack:
+                held = stack.enter_context(placing_lock([placed.site], client=client))
+                mine = {placed.site}
+                # "now" is when this placement holds the site: a run that waited is not planned in the past
+                at = max(first, datetime.now(timezone.utc))
+                placed = plan(at, fleet_bookings(sites, at, client))  # every site, in the one read
+                if placed.site not in mine and _hold_if_free(stack, placed.site, client):
+                    # another site won and was free to hold as well: plan once more holding both, then book
+                    mine.add(placed.site)
+                    at = max(first, datetime.now(timezone.utc))
+                    placed = plan(at, fleet_bookings(sites, at, client))
+                if held.safe and placed.site in mine:
+                    return _create_placed_run(client, policy, policy_path, placed,
+                                              deployment=_deployment(client, deployment, placed.site, targets),
+                                              key=key,
+                                              nominal=utc(nominal) if nominal is not None else at, now=at,
+                                              ledger_path=ledger_path, workdir=workdir)
+    raise RuntimeError(f"{policy.job.name}: the fleet's bookings changed under {attempts} placements in a row; "
+                       "submit again")
+
+
+def _hold_if_free(stack: ExitStack, site: str, client: Any) -> bool:
+    """Hold ``site``'s placing lock too, if it is free now: a placer holding one site never waits for another."""
+    from flows.fleet.site_lock import SiteLockError
+
+    try:
+        stack.enter_context(placing_lock([site], wait_s=0.0, client=client))
+    except SiteLockError:
+        return False
+    return True
+
+
+def _deployment(client: Any, deployment: str, site: str, known: dict[str, tuple[str, Any]]) -> tuple[str, Any]:
+    """``site``'s deployment of ``deployment`` as (name, id), read once per placement into ``known``."""
+    if site not in known:
+        target = site_deployment_name(deployment, site)
+        known[site] = (target, client.read_deployment_by_name(target).id)
+    return known[site]
+
+
+def _create_placed_run(client: Any, policy: Policy, policy_path: str, placed: Placement, *, deployment: tuple[str, Any],
+                       key: str | None, nominal: datetime, now: datetime, ledger_path: str | None,
+                       workdir: str | None) -> SubmittedRun:
+    """The placed run as a flow run of the site's deployment (``(name, id)``), under the site's placing lock.
+
+    A run queued behind busy GPUs is created to start now: it stands in the site's line
+    (:mod:`flows.fleet.gpu_line`) with its process up, and takes a GPU the moment one frees, whatever
+    its booked start (the expected finish of the runs before it) says. A run timed for a clean hour
+    waits Scheduled until then, holding nothing.
+    """
+    from prefect.states import Scheduled
+
+    plan = placed.plan
+    run = client.create_flow_run_from_deployment(
+        deployment[1], idempotency_key=key,
+        state=Scheduled(scheduled_time=now if placed.queued else max(plan.start, now)),
+        tags=["gridshift", "placed", f"site:{placed.site}", HEARTBEAT_TAG],
+        parameters={"policy_path": policy_path, "plan": False, "nominal_start": nominal.isoformat(),
+                    "planned_start": plan.start.isoformat(), "ledger_path": ledger_path, "workdir": workdir,
+                    "site": placed.site,
+                    "placement": {"site": placed.site, "start": plan.start.isoformat(),
+                                  "finish": plan.finish.isoformat(), "gpus": policy.job.gpus,
+                                  "placed_at": now.isoformat(), "queued": placed.queued,
+                                  "carbon_g": round(plan.carbon_g, 4),
+                                  "reasons": list(placed.reasons)}})
+    return SubmittedRun(flow_run_id=str(run.id), deployment=deployment[0], placement=placed)

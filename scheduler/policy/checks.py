@@ -253,3 +253,23 @@ def _clock_plan_problems(name: str, mode: Mode) -> list[Problem]:
     except PolicyError as exc:
         return [Problem(("modes", name, "clock_plan"), str(exc))]
     return []
+
+
+def policy_warnings(policy: Any) -> list[str]:
+    """What is valid but will not do what the policy means: one sentence each (``gridshift policy check`` prints them).
+
+    - ``rules.slot_s`` coarser than the job's window (earliest start to deadline): the planner lays its
+      slots on that grid, so no start fits inside the window, and every run is planned as one that
+      cannot meet its deadline.
+    """
+    out: list[str] = []
+    job, rules = policy.job, policy.rules
+    slot_s = getattr(rules, "slot_s", None)  # the planner's grid (threshold rules have none)
+    if job.deadline_s is not None and slot_s is not None:
+        window = job.deadline_s - job.earliest_start_s
+        if slot_s > window:
+            fit = max(window - job.expected_duration_s, 0.0) or window
+            out.append(f"rules.slot_s ({slot_s:g} s) is coarser than the job's window ({window:g} s from its "
+                       f"earliest start to its deadline): no planned start fits inside it, so every run is planned "
+                       f"as one that cannot meet its deadline; set rules.slot_s to {min(fit, window):g} s or less")
+    return out

@@ -209,6 +209,26 @@ class TickResult:
     missed: list[str] = field(default_factory=list)
 
 
+def plan_summary(verb: str, runs: list[PlannedRun]) -> list[str]:
+    """One line per job and UTC day: how many runs were ``verb`` (planned, moved), from when to when, and why
+    (the two commonest reasons, counted). A short cron planned hundreds of runs at start, one line each."""
+    groups: dict[tuple[str, str], list[PlannedRun]] = {}
+    for run in runs:
+        groups.setdefault((run.key.split("@", 1)[0], f"{run.run_at:%Y-%m-%d}"), []).append(run)
+    lines = []
+    for (job, day), mine in sorted(groups.items()):
+        times = sorted(r.run_at for r in mine)
+        reasons: dict[str, int] = {}
+        for r in mine:
+            if r.reason:
+                reasons[r.reason] = reasons.get(r.reason, 0) + 1
+        why = "; ".join(f"{n} x {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:2])
+        more = len(reasons) - 2
+        lines.append(f"{verb} {len(mine)} run(s) of {job} on {day}, {times[0]:%H:%M}-{times[-1]:%H:%M} UTC"
+                     + (f": {why}" if why else "") + (f" (and {more} other reason(s); -v lists every run)" if more > 0 else ""))
+    return lines
+
+
 def _hhmm(t: datetime) -> str:
     return f"{t:%Y-%m-%d %H:%M} UTC"
 
@@ -229,6 +249,7 @@ class PlanningService:
         missed_after_s: float = 6 * 3600.0,
         backoff: Backoff = Backoff(),
         log: Callable[[str], None] = lambda _msg: None,
+        verbose: bool = False,
     ) -> None:
         self.store = ServeStore(db_path)
         self.plan = plan
@@ -241,6 +262,8 @@ class PlanningService:
         self.missed_after_s = missed_after_s
         self.backoff = backoff
         self.log = log
+        #: one line per planned or moved run; else one line per job and day (:func:`plan_summary`)
+        self.verbose = verbose
         self._next_plan: datetime | None = None
         for key in self.store.release_stale_claims(self.now()):
             self.log(f"released {key}: the previous service stopped while triggering it; it is tried again")
@@ -270,18 +293,27 @@ class PlanningService:
         except Exception as exc:  # the signal or the planner is down: keep what is stored
             self.log(f"planning failed, keeping the stored plan: {type(exc).__name__}: {exc}")
             return
+        planned: list[PlannedRun] = []
+        moved: list[PlannedRun] = []
         for run in runs:
             stored = self.store.get(run.key)
             if stored is None:
                 if self.store.add(run, now):
                     result.planned.append(run.key)
-                    self.log(f"planned {run.key} for {_hhmm(run.run_at)}" + (f": {run.reason}" if run.reason else ""))
+                    planned.append(run)
+                    if self.verbose:
+                        self.log(f"planned {run.key} for {_hhmm(run.run_at)}" + (f": {run.reason}" if run.reason else ""))
             elif stored.state == "planned" and stored.run_at > now and \
                     abs((stored.run_at - run.run_at).total_seconds()) > self.move_tolerance_s and self.store.move(run, now):
                 # a run already due is not moved: it fires as soon as the trigger gets through
                 result.moved.append(run.key)
-                self.log(f"moved {run.key} from {_hhmm(stored.run_at)} to {_hhmm(run.run_at)}"
-                         + (f": {run.reason}" if run.reason else ""))
+                moved.append(run)
+                if self.verbose:
+                    self.log(f"moved {run.key} from {_hhmm(stored.run_at)} to {_hhmm(run.run_at)}"
+                             + (f": {run.reason}" if run.reason else ""))
+        if not self.verbose:
+            for line in plan_summary("planned", planned) + plan_summary("moved", moved):
+                self.log(line)
 
     def _latest(self, run: ServeRun) -> datetime:
         return run.latest_start or run.run_at + timedelta(seconds=self.missed_after_s)

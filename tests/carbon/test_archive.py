@@ -237,3 +237,37 @@ def test_the_gate_closes_on_a_record_without_gain_and_stays_open_on_a_good_one()
         assert choice.label == trusted, choice.reason
         monitor.close()
 
+
+def _open_when_released(path: str, barrier, errors) -> None:
+    barrier.wait()
+    try:
+        ForecastArchive(path).close()
+    except Exception as exc:  # reported to the test, which asserts there were none
+        errors.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_fresh_archive_at_once_all_succeed(tmp_path) -> None:
+    """Concurrent `gridshift submit`s on a new home: each opens the archive as it is being created.
+
+    Before the version row was written in one statement, 3 of 24 concurrent submits failed with
+    ``UNIQUE constraint failed: meta.key`` (both read no row, both inserted).
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    errors = ctx.Queue()
+    for attempt in range(6):
+        path = str(tmp_path / f"fresh-{attempt}" / "forecasts.sqlite")
+        barrier = ctx.Barrier(6)
+        procs = [ctx.Process(target=_open_when_released, args=(path, barrier, errors)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=60)
+        assert all(p.exitcode == 0 for p in procs)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == []
+    with ForecastArchive(tmp_path / "fresh-0" / "forecasts.sqlite") as archive:
+        assert archive.rows() == (0, 0)

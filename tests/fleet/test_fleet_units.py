@@ -124,3 +124,28 @@ def test_a_crashed_run_gets_a_ledger_row_and_an_artifact_saying_so(tmp_path: Pat
     never_started = crashed_report(flow_run_id="77", flow_run_name="x", job="j", policy="p", parameters={},
                                    started=None, ended=began, reason="crashed")
     assert never_started["duration_s"] == 0.0 and never_started["started_at"] == began.isoformat()
+
+
+def test_a_process_whose_parent_is_gone_stops_its_job_and_itself(tmp_path) -> None:
+    """The orphan watch: a flow process re-parented after its worker died stops its job's process group, sends
+    itself SIGTERM, and first points its output away from the dead worker's pipe."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    said = tmp_path / "said.txt"
+    code = ("import os, signal, subprocess, sys, time\n"
+            "from flows.fleet.orphans import stop_when_orphaned\n"
+            f"said = open({str(said)!r}, 'a', buffering=1)\n"
+            "job = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+            "said.write(f'job {job.pid}\\n')\n"
+            "signal.signal(signal.SIGTERM, lambda *_: (said.write(f'stopped, job {job.wait(timeout=30)}\\n'), sys.exit(0)))\n"
+            "with stop_when_orphaned(said.write, poll_s=0.1, grace_s=5, parent=os.getppid() + 999999):\n"
+            "    time.sleep(30)\n"
+            "said.write('not stopped\\n')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=str(Path(__file__).resolve().parents[2]))
+    text = said.read_text()
+    assert "stopped, job -15" in text, text  # the job's group got SIGTERM, then the flow process
+    assert "is gone; its job was stopped" in text
+    assert "not stopped" not in text and done.stdout == ""  # and its output went to /dev/null

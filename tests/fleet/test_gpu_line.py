@@ -1,7 +1,7 @@
 """The line at a site's GPUs: waiting runs take freed slots in the order they were booked.
 
 The place in line is a pure function; the line itself runs against the session's real Prefect API
-server (prefect_harness), with real flow runs in real states and real global concurrency limits.
+server, on SQLite and on the production setup (PostgreSQL + Redis; fixture fleet_api), with real flow runs in real states and real global concurrency limits.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flows.fleet.gpu_line import PlaceInLine, place_in_line, waiting_tag
+from flows.fleet.gpu_line import PlaceInLine, line_records, line_variable, place_in_line
 from flows.fleet.gpus import ensure_limits, gpu_limit_name, hold_gpus
 
 T0 = datetime(2026, 12, 3, 8, 27, tzinfo=timezone.utc)
@@ -65,11 +65,8 @@ def _running_run(client, name: str, start_s: int, *, state=None) -> str:
     return str(run.id)
 
 
-def _tagged(client, limit: str) -> set[str]:
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
-
-    runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[waiting_tag(limit)])))
-    return {str(r.id) for r in runs}
+def _in_line(client, limit: str) -> set[str]:
+    return {r.place.flow_run_id for r in line_records(client, limit)}
 
 
 def _until(what: str, check, timeout_s: float = 60.0) -> None:
@@ -79,7 +76,7 @@ def _until(what: str, check, timeout_s: float = 60.0) -> None:
         time.sleep(0.2)  # polling the server's state, not timing the code under test
 
 
-def test_waiting_runs_take_a_freed_gpu_in_the_order_they_were_booked(prefect_harness, tmp_path: Path) -> None:
+def test_waiting_runs_take_a_freed_gpu_in_the_order_they_were_booked(fleet_api, tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
 
     site = f"line-{os.getpid()}"
@@ -97,38 +94,96 @@ def test_waiting_runs_take_a_freed_gpu_in_the_order_they_were_booked(prefect_har
                 order.append(name)
 
         waiters = []
-        with hold_gpus(site, 1, 1, lock_dir=tmp_path):  # an overrunning run holds the node's one GPU
+        # an overrunning run holds the node's one GPU (a run in Prefect: the slot check counts it as the holder)
+        with hold_gpus(site, 1, 1, lock_dir=tmp_path, flow_run_id=_running_run(client, "overrunning", -60)):
             for name in ("second", "third", "first"):  # the first booked comes to wait last
                 waiters.append(threading.Thread(target=wait_for_the_gpu, args=(name,)))
                 waiters[-1].start()
-                _until(f"{name} stands in line", lambda n=name: runs[n] in _tagged(client, limit))
+                _until(f"{name} stands in line", lambda n=name: runs[n] in _in_line(client, limit))
         for waiter in waiters:
             waiter.join(timeout=120)
         assert order == ["first", "second", "third"]
-        line = f"{limit}: the GPU slots are taken; waiting in line behind %d other run(s) (flow-run tag {waiting_tag(limit)})"
-        assert said == {"second": [line % 0], "third": [line % 1], "first": [line % 0]}
-        assert not _tagged(client, limit)  # each left the line once it had the GPU
-        assert client.read_flow_run(runs["first"]).tags == ["gridshift"]  # and the run's own tags are as they were
+        def line(ahead: int, name: str) -> str:
+            return (f"{limit}: the GPU slots are taken; waiting in line behind {ahead} other run(s) "
+                    f"(Prefect variable {line_variable(limit, runs[name])})")
+
+        assert said == {"second": [line(0, "second")], "third": [line(1, "third")], "first": [line(0, "first")]}
+        assert not _in_line(client, limit)  # each left the line once it gave the GPU back
+        assert client.read_flow_run(runs["first"]).tags == ["gridshift"]  # and the run's own tags were never touched
 
 
-def test_a_waiter_that_died_does_not_hold_up_the_line_once_prefect_marks_it_crashed(prefect_harness,
-                                                                                    tmp_path: Path) -> None:
+def _stand_in_line_then_sleep(limit: str, flow_run_id: str, api: str) -> None:
+    """A waiter's process: stands in line (and keeps its place fresh) until it is killed."""
+    os.environ["PREFECT_API_URL"] = api
+    from flows.fleet.gpu_line import waiting_line
+
+    with waiting_line(limit, flow_run_id) as line:
+        while True:
+            line.ahead()
+            time.sleep(0.5)
+
+
+def test_a_waiter_killed_in_line_stops_holding_it_up_within_seconds(fleet_api,
+                                                                    tmp_path: Path) -> None:
+    """Race 1 of issue 32: a waiter killed while waiting kept its line tag, and the line waited for it
+    until Prefect marked it Crashed (up to two minutes). Its place is now stale once it stops touching it."""
+    import multiprocessing
+    import signal
+
     from prefect.client.orchestration import get_client
-    from prefect.states import Crashed
 
-    site = f"line-crash-{os.getpid()}"
+    from flows.fleet.gpu_line import STALE_S
+
+    site = f"line-killed-{os.getpid()}"
     limit = gpu_limit_name(site)
     ensure_limits({limit: 1})
     with get_client(sync_client=True) as client:
-        dead = _running_run(client, "dead", 0, state=Crashed())
-        client.update_flow_run(dead, tags=["gridshift", waiting_tag(limit)])  # it died while in line
-        alive = _running_run(client, "alive", 60)
-        with hold_gpus(site, 1, 1, lock_dir=tmp_path, wait_s=5, flow_run_id=alive) as held:
-            assert held.devices == (0,)
-        assert _tagged(client, limit) == {dead}  # the live one left the line with the GPU
+        dead, alive = _running_run(client, "dead", 0), _running_run(client, "alive", 60)
+        waiter = multiprocessing.get_context("fork").Process(target=_stand_in_line_then_sleep,
+                                                             args=(limit, dead, fleet_api.url))
+        got: list[float] = []
+        with hold_gpus(site, 1, 1, lock_dir=tmp_path,  # the GPU is busy while both come to wait
+                       flow_run_id=_running_run(client, "overrunning", -60)):
+            waiter.start()
+            _until("the first-booked waiter stands in line", lambda: dead in _in_line(client, limit))
+            behind = threading.Thread(target=lambda: got.append(_hold_and_time(site, tmp_path, alive)))
+            behind.start()
+            _until("the second stands in line", lambda: alive in _in_line(client, limit))
+            os.kill(waiter.pid, signal.SIGKILL)  # dies in line, ahead; Prefect still has its run Running
+            waiter.join()
+            freed = time.monotonic()
+        behind.join(timeout=STALE_S + 60)
+        assert got and got[0] - freed < STALE_S + 10, (got, freed)
+        assert client.read_flow_run(dead).state_type.value == "RUNNING"  # not by a Crashed mark
 
 
-def test_a_run_stands_in_line_before_its_first_ask(prefect_harness, tmp_path: Path) -> None:
+def _hold_and_time(site: str, lock_dir: Path, flow_run_id: str) -> float:
+    with hold_gpus(site, 1, 1, lock_dir=lock_dir, wait_s=120, flow_run_id=flow_run_id):
+        return time.monotonic()
+
+
+def test_a_tag_added_while_a_run_stands_in_line_is_kept(fleet_api, tmp_path: Path) -> None:
+    """Race 2 of issue 32: the line rewrote a run's tags whole from the copy it read on joining, so a tag
+    another actor added meanwhile was lost. The line no longer writes the run's tags at all."""
+    from prefect.client.orchestration import get_client
+
+    site = f"line-tags-{os.getpid()}"
+    limit = gpu_limit_name(site)
+    ensure_limits({limit: 1})
+    with get_client(sync_client=True) as client:
+        run = _running_run(client, "tagged", 0)
+        done: list[bool] = []
+        with hold_gpus(site, 1, 1, lock_dir=tmp_path, flow_run_id=_running_run(client, "overrunning", -60)):
+            waiter = threading.Thread(target=lambda: done.append(bool(_hold_and_time(site, tmp_path, run))))
+            waiter.start()
+            _until("it stands in line", lambda: run in _in_line(client, limit))
+            client.update_flow_run(run, tags=["gridshift", "added-by-someone-else"])  # the other actor
+        waiter.join(timeout=60)
+        assert done == [True]
+        assert sorted(client.read_flow_run(run).tags) == ["added-by-someone-else", "gridshift"]
+
+
+def test_a_run_stands_in_line_before_its_first_ask(fleet_api, tmp_path: Path) -> None:
     """Two runs reaching a free GPU in the same moment: the one booked first gets it, not the faster asker."""
     from prefect.client.orchestration import get_client
 

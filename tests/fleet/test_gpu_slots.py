@@ -1,6 +1,6 @@
 """GPU slots: a Prefect global concurrency limit per site, node-local device locks, and pinning.
 
-Against the session's real Prefect API server (prefect_harness); no waiting anywhere: a busy node is
+Against the session's real Prefect API server (on SQLite and on PostgreSQL + Redis: fixture fleet_api); no waiting anywhere: a busy node is
 GpusBusy at once.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from flows.fleet.gpus import GpusBusy, ensure_limits, gpu_limit_name, hold_gpus, pin_environment
 
 
-def test_a_node_never_hands_out_more_gpus_than_it_has(prefect_harness, tmp_path: Path) -> None:
+def test_a_node_never_hands_out_more_gpus_than_it_has(fleet_api, tmp_path: Path) -> None:
     site = f"node-{os.getpid()}"
     assert ensure_limits({gpu_limit_name(site): 2}) == [
         f"created global concurrency limit {gpu_limit_name(site)} (2 GPU slots)"]
@@ -33,7 +33,7 @@ def test_a_node_never_hands_out_more_gpus_than_it_has(prefect_harness, tmp_path:
         assert both.as_report()["gpu_limit"] == gpu_limit_name(site)
 
 
-def test_a_site_without_its_limit_is_an_error_not_an_unlimited_node(prefect_harness, tmp_path: Path) -> None:
+def test_a_site_without_its_limit_is_an_error_not_an_unlimited_node(fleet_api, tmp_path: Path) -> None:
     from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
 
     with pytest.raises(ConcurrencySlotAcquisitionError):
@@ -41,7 +41,7 @@ def test_a_site_without_its_limit_is_an_error_not_an_unlimited_node(prefect_harn
             pass
 
 
-def test_a_device_held_outside_gridshift_is_busy_too(prefect_harness, tmp_path: Path) -> None:
+def test_a_device_held_outside_gridshift_is_busy_too(fleet_api, tmp_path: Path) -> None:
     import fcntl
 
     site = f"shared-{os.getpid()}"
@@ -83,7 +83,7 @@ def test_the_nvidia_backend_meters_exactly_the_pinned_gpus(monkeypatch: pytest.M
             backend.close()
 
 
-def test_a_run_waits_in_prefect_for_slots_an_overrunning_run_gives_back(prefect_harness, tmp_path: Path) -> None:
+def test_a_run_waits_in_prefect_for_slots_an_overrunning_run_gives_back(fleet_api, tmp_path: Path) -> None:
     import threading
 
     site = f"wait-{os.getpid()}"
@@ -106,7 +106,7 @@ def _hold_once(site: str, lock_dir: Path, wait_s: float = 60.0) -> tuple[int, ..
         return held.devices
 
 
-def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_told_to_redeploy(prefect_harness) -> None:
+def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_told_to_redeploy(fleet_api) -> None:
     from flows.fleet.placing import placing_limit_name, placing_lock
 
     sites = [f"pa-{os.getpid()}", f"pb-{os.getpid()}"]
@@ -120,3 +120,37 @@ def test_placements_of_one_fleet_take_turns_and_a_fleet_without_its_limits_is_to
     with pytest.raises(RuntimeError, match="run `gridshift deploy`"):
         with placing_lock([f"never-deployed-{os.getpid()}"]):
             pass
+
+
+def test_a_slot_whose_lease_the_server_lost_is_freed_but_a_running_holder_keeps_its_own(fleet_api,
+                                                                                       tmp_path: Path) -> None:
+    """A server restart forgets its in-memory leases, not the limit's count: that slot would stay taken for good."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+    from prefect.states import Running
+
+    from flows.fleet.slots import free_lost_slots
+
+    site = f"leak-{os.getpid()}"
+    limit = gpu_limit_name(site)
+    ensure_limits({limit: 2})
+    said: list[str] = []
+    with get_client(sync_client=True) as client:
+        holder = client.create_flow_run(flow(name="gridshift-leak-test")(lambda: None), state=Running(), tags=["gridshift"])
+        with hold_gpus(site, 1, 2, lock_dir=tmp_path, flow_run_id=str(holder.id)):
+            # a second slot counted taken with no lease and no run behind it (what a restart leaves)
+            client.update_global_concurrency_limit(limit, GlobalConcurrencyLimitUpdate(active_slots=2))
+            assert free_lost_slots([limit], announce=said.append) == 1
+            assert client.read_global_concurrency_limit_by_name(limit).active_slots == 1  # the holder's stays
+            assert free_lost_slots([limit]) == 0
+            # a run waiting first in line for both GPUs frees the phantom itself, then waits for the holder
+            waiter = client.create_flow_run(flow(name="gridshift-leak-test")(lambda: None), state=Running())
+            client.update_global_concurrency_limit(limit, GlobalConcurrencyLimitUpdate(active_slots=2))
+            with pytest.raises(GpusBusy):
+                with hold_gpus(site, 2, 2, lock_dir=tmp_path, wait_s=3, flow_run_id=str(waiter.id)):
+                    pass
+            assert client.read_global_concurrency_limit_by_name(limit).active_slots == 1
+        assert client.read_global_concurrency_limit_by_name(limit).active_slots == 0
+    assert said == [f"{limit}: 2 slot(s) counted taken, 1 held by running runs; freed 1 (a lease the server lost, "
+                    "e.g. across a restart)"]

@@ -41,7 +41,7 @@ def unavailable(why: str) -> None:
 class LocalPrefectServer:
     """`prefect server start` on 127.0.0.1; ``url`` is its API (``.../api``)."""
 
-    def __init__(self, home: Path, *, ui: bool = False) -> None:
+    def __init__(self, home: Path, *, ui: bool = False, extra_env: dict[str, str] | None = None) -> None:
         self.home = home
         self.ui = ui  # serve Prefect's web UI too (the browser tests); the session's server does without
         self.port = free_port()
@@ -52,6 +52,9 @@ class LocalPrefectServer:
                          # SQLite's wait for a write lock, as Prefect's own test server has it (the default
                          # 10 s turns into 503s when a 2-core CI machine runs a fleet of flow processes)
                          PREFECT_SERVER_DATABASE_TIMEOUT="30", PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT="30")
+        # the production setup (PostgreSQL, Redis: tests/flows/local_services.py): the server reads these;
+        # its clients get them too, harmlessly, so that a worker or flow process sees the same settings
+        self._env.update(extra_env or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 

@@ -154,3 +154,32 @@ def test_usage_errors_are_exit_2_without_traceback(argv: list[str], code: int, c
     assert _guarded(argv) == code
     err = capsys.readouterr().err
     assert "Traceback" not in err and "internal error" not in err
+
+
+def test_policy_check_warns_when_the_planner_grid_is_coarser_than_the_window(tmp_path: Path) -> None:
+    """Issue 32: a 4-minute cron with the default 5-minute slot_s planned every run as one that misses its deadline."""
+    import json
+
+    policy = tmp_path / "often.yaml"
+    policy.write_text("""
+carbon: {provider: static, options: {country: DEU}}
+modes:
+  speed: {power_limit_fraction: 1.0}
+  efficiency: {power_limit_fraction: 0.7, max_slowdown: 0.3}
+job:
+  name: often
+  command: [python, -c, "pass"]
+  expected_duration_s: 60
+  cron: "*/4 * * * *"
+  deadline_s: 240
+backend: {name: simulated}
+""")
+    result = runner.invoke(app, ["policy", "check", str(policy)])
+    assert result.exit_code == 0, result.output  # a warning, not an error
+    assert (f"{policy}: warning: rules.slot_s (300 s) is coarser than the job's window (240 s from its earliest start "
+            "to its deadline)") in result.output
+    assert "set rules.slot_s to 180 s or less" in result.output
+    as_json = json.loads(runner.invoke(app, ["policy", "check", str(policy), "--json"]).stdout)
+    assert len(as_json["files"][0]["warnings"]) == 1
+    policy.write_text(policy.read_text() + "rules: {kind: plan, slot_s: 60}\n")
+    assert "warning" not in runner.invoke(app, ["policy", "check", str(policy)]).output

@@ -83,7 +83,7 @@ def test_serve_plans_logs_and_stops_on_a_signal(tmp_path, sig, code):
             assert proc.stderr is not None
             for line in proc.stderr:
                 lines.append(line)
-                if "planned nightly-retrain@" in line:
+                if "run(s) of nightly-retrain on " in line:  # one line per job and day
                     break
             os.killpg(proc.pid, sig)  # what a terminal (or a service manager) sends
             rest = proc.stderr.read()
@@ -91,7 +91,7 @@ def test_serve_plans_logs_and_stops_on_a_signal(tmp_path, sig, code):
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-    assert any("planned nightly-retrain@" in line for line in lines), "".join(lines)
+    assert any(line.startswith("gridshift serve: planned ") and "run(s) of nightly-retrain on " in line for line in lines), "".join(lines)
     assert f"stopped by {sig.name}" in rest and "Traceback" not in rest
     planned = ServeStore(db).runs(state="planned")
     assert planned and all(r.key.startswith("nightly-retrain@") and r.latest_start for r in planned)

@@ -224,3 +224,20 @@ def test_plan_runs_shifts_into_the_clean_hours(nightly_policy):
     assert [r.key for r in runs] == ["nightly-retrain@20240302T0100Z"]
     assert runs[0].run_at == datetime(2024, 3, 2, 3, 0, tzinfo=timezone.utc)
     assert runs[0].kwargs["nominal_start"] == "2024-03-02T01:00:00+00:00"
+
+
+def test_the_start_summary_is_one_line_per_job_and_day() -> None:
+    """Issue 32: a 4-minute cron planned 363 runs at start, one line each; now one line per job and day."""
+    from datetime import datetime, timedelta, timezone
+
+    from scheduler.service.serve import PlannedRun, plan_summary
+
+    t0 = datetime(2026, 12, 6, 22, 0, tzinfo=timezone.utc)
+    runs = [PlannedRun(key=f"often@{t0 + timedelta(minutes=4 * i):%Y%m%dT%H%MZ}", run_at=t0 + timedelta(minutes=4 * i),
+                       reason="the deadline cannot be met" if i % 3 else "cleanest start in the window")
+            for i in range(60)]
+    assert plan_summary("planned", runs) == [
+        "planned 30 run(s) of often on 2026-12-06, 22:00-23:56 UTC: 20 x the deadline cannot be met; "
+        "10 x cleanest start in the window",
+        "planned 30 run(s) of often on 2026-12-07, 00:00-01:56 UTC: 20 x the deadline cannot be met; "
+        "10 x cleanest start in the window"]
