@@ -21,7 +21,6 @@ from flows.cli._errors import EXIT_ENV, EXIT_FAILED, EXIT_INPUT, echo, exit_code
 from flows.run.signals import StopSignals
 from flows.run.prefect_server import STOP_GRACE_S, PrefectServerError, TemporaryServer, configured_api_url, drain_prefect_workers
 from flows.run.run_ids import new_run_id
-from scheduler.saving import with_saving
 
 
 def _quiet_prefect_defaults() -> None:
@@ -279,6 +278,8 @@ def runs(
         where = f"ledger: {ledger.path}"
         for line in _missed_by_serve(job=job, limit=limit_or_all):
             typer.echo(line, err=True)
+    from scheduler.saving import with_saving  # importing scheduler imports pydantic: not for every CLI call
+
     rows = [with_saving(r) for r in rows]  # runs recorded before the saving was: computed now from their reports
     for r in rows:  # on stderr, so --json stays one object on stdout
         if r.get("late_s"):
@@ -312,6 +313,7 @@ def report(
     json_out: Annotated[bool, typer.Option("--json", help="Print the run's report as one JSON object (with its saving).")] = False,
 ) -> None:
     """Show what a run decided and saved: its report again, or its chart with --plot."""
+    from scheduler.saving import with_saving
     from scheduler.store.ledger import Ledger
 
     if plot is not None and plot.suffix.lower() not in (".png", ".svg"):

@@ -41,7 +41,7 @@ def unavailable(why: str) -> None:
 class LocalPrefectServer:
     """`prefect server start` on 127.0.0.1; ``url`` is its API (``.../api``)."""
 
-    def __init__(self, home: Path, *, ui: bool = False, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, home: Path, extra_env: dict[str, str] | None = None, *, ui: bool = False) -> None:
         self.home = home
         self.ui = ui  # serve Prefect's web UI too (the browser tests); the session's server does without
         self.port = free_port()

@@ -102,6 +102,13 @@ def _until(what: str, check, timeout_s: float):
     raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
 
 
+def _until_or_none(check, timeout_s: float):
+    try:
+        return _until("", check, timeout_s)
+    except AssertionError:
+        return None
+
+
 def _run(api: str, run_id: str) -> dict:
     return httpx.get(f"{api}/flow_runs/{run_id}", timeout=30).json()
 
@@ -246,9 +253,14 @@ def test_a_server_restart_mid_run_leaks_no_gpu_and_loses_no_report(prefect_serve
                lambda: all(_slots(api, gpu_limit_name(s)) == 0 for s in sites), 180 - (time.monotonic() - back))
         settled = time.monotonic() - back
         assert report["status"] == "completed", report
-        said = httpx.post(f"{api}/logs/filter", timeout=30, json={"logs": {
-            "flow_run_id": {"any_": [run]}, "text": {"query": '"a lease the server lost"'}}}).json()
-        assert said, "the run's release named a lease the restart forgot: the slot check must have freed it"
+        # the run's log lines reach the server in batches, after its state: wait for them, then show what came
+        said = _until_or_none(lambda: httpx.post(f"{api}/logs/filter", timeout=30, json={"logs": {
+            "flow_run_id": {"any_": [run]}, "text": {"query": '"a lease the server lost"'}}}).json(), 60)
+        if not said:
+            lines = [g["message"] for g in httpx.post(f"{api}/logs/filter", timeout=30, json={
+                "logs": {"flow_run_id": {"any_": [run]}}, "limit": 200}).json()]
+            raise AssertionError("the run's release named no lease the restart forgot (the slot check must have "
+                                 "freed it); its log:\n" + "\n".join(lines[-40:]))
         listed = gridshift("runs", "--job", "outage-long", "--json")
         assert listed.returncode == 0, listed.stderr
         assert [r["status"] for r in json.loads(listed.stdout)] == ["completed"]  # the ledger agrees
