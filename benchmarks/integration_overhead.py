@@ -9,7 +9,9 @@ interleaved (repeat i runs them in turn, the order reversed every other repeat):
   and the optimizer three different clocks (five switch requests a step, the phase-level worst
   case), clock calls in dry run (``GRIDSHIFT_NVML_READ_ONLY=1``, what the GPU device check runs),
   progress and the result file written every ``--poll-s``;
-- ``worker``: the same with the clock calls made for real by the executor's worker thread, against
+- ``no plan``: the callback in a mode without a clock plan (progress, the mode file, the result
+  file; no hooks): what the protocol costs without the plan;
+- ``worker``: the same as ``dry run`` with the clock calls made by the executor's worker thread, against
   a stand-in control whose call sleeps ``--call-ms`` with the GIL released (NVML's set-clock call
   takes 10-20 ms in-process; gpu-facts): the cost a real plan's switches put on the training thread.
 
@@ -52,7 +54,7 @@ from plans.integrations.hf import GridshiftCallback  # noqa: E402
 from plans.integrations.protocol import ModeAnnouncement, write_mode_file  # noqa: E402
 
 PHASES = ("forward", "backward", "optimizer")
-VARIANTS = ("bare", "dry run", "worker")
+VARIANTS = ("bare", "dry run", "no plan", "worker")
 
 
 class SleepingControl:
@@ -95,14 +97,17 @@ def _plan(work: Path) -> Path:
     return save_plan(plan, work / "plan.json")
 
 
-def _environ(work: Path) -> None:
-    """gridshift's variables, as ``gridshift run`` sets them, for a job started in a mode with the plan."""
-    plan = _plan(work)
+def _environ(work: Path, *, with_plan: bool) -> None:
+    """gridshift's variables, as ``gridshift run`` sets them, for a job started in a mode with the plan
+    (or without one)."""
+    plan = _plan(work) if with_plan else None
     write_mode_file(work / "mode.json", ModeAnnouncement(seq=0, mode="speed", batch_size=2, since="2025-01-01T00:00:00Z",
-                                                         clock_plan=str(plan)))
+                                                         clock_plan=str(plan) if plan else None))
     os.environ.update(GRIDSHIFT_MODE_FILE=str(work / "mode.json"), GRIDSHIFT_RESULT_FILE=str(work / "result.json"),
-                      GRIDSHIFT_PROGRESS_FILE=str(work / "progress"), GRIDSHIFT_CLOCK_PLAN=str(plan),
-                      GRIDSHIFT_BATCH_SIZE="2")
+                      GRIDSHIFT_PROGRESS_FILE=str(work / "progress"), GRIDSHIFT_BATCH_SIZE="2")
+    os.environ.pop("GRIDSHIFT_CLOCK_PLAN", None)
+    if plan is not None:
+        os.environ["GRIDSHIFT_CLOCK_PLAN"] = str(plan)
 
 
 def run_once(variant: str, args: argparse.Namespace, work: Path) -> dict[str, float | None]:
@@ -118,7 +123,8 @@ def run_once(variant: str, args: argparse.Namespace, work: Path) -> dict[str, fl
         dataloader_num_workers=0, use_cpu=True, seed=0)
     clock = StepClock()
     gridshift = None
-    if variant == "dry run":
+    _environ(work, with_plan=variant != "no plan")
+    if variant in ("dry run", "no plan"):
         gridshift = GridshiftCallback(poll_interval_s=args.poll_s)
     elif variant == "worker":
         gridshift = GridshiftCallback(poll_interval_s=args.poll_s, dry_run=False,
@@ -151,7 +157,6 @@ def main() -> int:
     load_before = os.getloadavg()
     runs: dict[str, list[dict[str, float | None]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="integration-overhead-") as tmp:
-        _environ(Path(tmp))
         for i in range(args.repeats):
             for v in (variants if i % 2 == 0 else variants[::-1]):
                 runs[v].append(run_once(v, args, Path(tmp)))
