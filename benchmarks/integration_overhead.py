@@ -25,7 +25,10 @@ share here; ``--poll-s`` (default 0.05 s, every ~10 steps) keeps the file writes
 per step they have on a GPU step of ~90 ms with the default 1 s. Measured, not modelled; the load
 of the machine (``uptime``) is printed with the figures.
 
-    PYTHONPATH=. python benchmarks/integration_overhead.py [--repeats 5] [--steps 300] [--json]
+    python benchmarks/integration_overhead.py [--repeats 5] [--steps 300] [--json] [--repo PATH]
+
+``--repo PATH`` times another checkout's integrations (an older version, from ``git archive``) with
+this script; a version without ``TrainingSession.busy_s`` shows no gridshift µs.
 """
 
 from __future__ import annotations
@@ -40,7 +43,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+def _repo() -> Path:
+    """This checkout, or the one ``--repo`` names (read before anything of gridshift's is imported)."""
+    if "--repo" in sys.argv[:-1]:
+        return Path(sys.argv[sys.argv.index("--repo") + 1]).resolve()
+    return Path(__file__).resolve().parents[1]
+
+
+REPO = _repo()
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples"))
 os.environ["GRIDSHIFT_NVML_READ_ONLY"] = "1"
@@ -135,7 +145,7 @@ def run_once(variant: str, args: argparse.Namespace, work: Path) -> dict[str, fl
     trainer.train()
     w, c = clock.wall[args.warmup:], clock.cpu[args.warmup:]
     busy = None
-    if gridshift is not None and gridshift.session is not None:
+    if gridshift is not None and hasattr(gridshift.session, "busy_s"):  # an older --repo has no counter
         busy = 1e6 * gridshift.session.busy_s / max(trainer.state.global_step, 1)
     return {"wall_us": 1e6 * statistics.median(b - a for a, b in zip(w, w[1:])),
             "cpu_us": 1e6 * statistics.median(b - a for a, b in zip(c, c[1:])), "gridshift_us": busy}
@@ -149,6 +159,7 @@ def main() -> int:
     ap.add_argument("--poll-s", type=float, default=0.05, help="the callback's poll/write interval")
     ap.add_argument("--call-ms", type=float, default=10.0, help="the worker variant's stand-in clock call")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--repo", default=None, help="time another checkout's integrations (default: this one)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     variants = [v.strip() for v in args.variants.split(",")]
@@ -162,6 +173,7 @@ def main() -> int:
                 runs[v].append(run_once(v, args, Path(tmp)))
     load_after = os.getloadavg()
     out: dict[str, Any] = {"what": "µs per optimizer step, medians (see the docstring); measured on this CPU",
+                           "repo": str(REPO),
                            "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats, "poll_s": args.poll_s,
                            "call_ms": args.call_ms, "loadavg_before": load_before, "loadavg_after": load_after,
                            "variants": {}}
@@ -178,7 +190,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} CPUs); "
+    print(f"{REPO}: load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} CPUs); "
           f"{args.repeats} repeats x {args.steps} steps, poll every {args.poll_s} s")
     print(f"{'variant':10s} {'wall µs/step':>13s} {'cpu µs/step':>12s} {'gridshift µs':>13s} {'overhead µs':>12s} "
           f"{'overhead cpu':>13s} {'overhead %':>11s}")
