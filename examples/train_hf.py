@@ -10,8 +10,10 @@ pausable job, a checkpoint on SIGTERM and the resume from it (``GRIDSHIFT_RESUME
     python examples/train_hf.py --max-steps 2000 --layers 12 --width 768 --heads 12 --seq-len 512   # GPT-2 small
 
 ``--step-overhead-s`` stands in for an accelerator's step time on a CPU run; ``--timing`` prints the
-mean step time (steps after the first ``--warmup-steps``) as one JSON line; ``--no-gridshift`` runs
-the same script without the callback (the baseline of ``benchmarks/device/hf_trainer_check.py``).
+mean step time (steps after the first ``--warmup-steps``) as one JSON line, with the time gridshift's
+callback spent in its own code per step over the same steps (``TrainingSession.busy_s``);
+``--no-gridshift`` runs the same script without the callback (the baseline of
+``benchmarks/device/hf_trainer_check.py``).
 """
 
 from __future__ import annotations
@@ -47,10 +49,16 @@ class RandomTokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
 class Report(transformers.TrainerCallback):  # type: ignore[misc]
     """Prints a line every ``every`` steps, paces a CPU run, and times the steps after ``warmup``."""
 
-    def __init__(self, every: int, overhead_s: float, warmup: int) -> None:
+    def __init__(self, every: int, overhead_s: float, warmup: int, gridshift: GridshiftCallback | None) -> None:
         self.every, self.overhead_s, self.warmup = every, overhead_s, warmup
+        self.gridshift = gridshift
         self.t0: float | None = None
         self.t1: float | None = None
+        self.busy = [0.0, 0.0]  # gridshift's own seconds at t0 and t1
+
+    def _busy_s(self) -> float:
+        session = self.gridshift.session if self.gridshift is not None else None
+        return session.busy_s if session is not None else 0.0
 
     def _now(self) -> float:
         if torch.cuda.is_available():
@@ -60,6 +68,7 @@ class Report(transformers.TrainerCallback):  # type: ignore[misc]
     def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if state.global_step == self.warmup and self.t0 is None:
             self.t0 = self._now()
+            self.busy[0] = self._busy_s()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.overhead_s:
@@ -69,6 +78,7 @@ class Report(transformers.TrainerCallback):  # type: ignore[misc]
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self.t1 = self._now()
+        self.busy[1] = self._busy_s()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             gradient_accumulation_steps=args.grad_accum, learning_rate=1e-3, report_to=[], save_strategy="no",
             logging_steps=args.log_every, disable_tqdm=True, dataloader_num_workers=0, bf16=args.bf16,
             use_cpu=not torch.cuda.is_available(), seed=0)
-        report = Report(args.log_every, args.step_overhead_s, args.warmup_steps)
         gridshift = None if args.no_gridshift else GridshiftCallback(poll_interval_s=args.mode_poll_s)
+        report = Report(args.log_every, args.step_overhead_s, args.warmup_steps, gridshift)
         trainer = transformers.Trainer(model=model, args=targs, train_dataset=data,
                                        callbacks=[report] + ([gridshift] if gridshift else []))
         out = trainer.train(resume_from_checkpoint=gridshift.resume_from if gridshift else None)
@@ -113,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         steps = trainer.state.global_step - args.warmup_steps
         print(json.dumps({"timing": {"steps": steps, "seconds": report.t1 - report.t0,
                                      "step_ms": 1000 * (report.t1 - report.t0) / max(steps, 1),
-                                     "gridshift": not args.no_gridshift}}), flush=True)
+                                     "gridshift": not args.no_gridshift,
+                                     "gridshift_us_per_step": 1e6 * (report.busy[1] - report.busy[0]) / max(steps, 1)}}),
+              flush=True)
     return 0
 
 

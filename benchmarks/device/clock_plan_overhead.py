@@ -184,7 +184,7 @@ def main() -> int:
             with_plan.append(block(steps_per_block))
             synced_with += synced(steps_per_block)
             runner.flush()
-            dry_calls += len(runner.executor.control.calls)  # type: ignore[union-attr]
+            dry_calls += runner.executor.control.n_calls  # type: ignore[union-attr]
         active.clear()
     a, b = statistics.median(without), statistics.median(with_plan)
     sa, sb = statistics.median(synced_without), statistics.median(synced_with)

@@ -119,7 +119,7 @@ def _ran(run: ClockPlanRun, asked: str | None) -> SpanSetting:
     if run.dry_run:
         failed = f" until it failed ({run.last_error})" if run.errors else ""
         return SpanSetting("clock_plan", name, "job", False,
-                           f"run by the job in dry run{failed}: {calls} logged, no clock changed{evidence}")
+                           f"run by the job in dry run{failed}: {calls} counted, no clock changed{evidence}")
     if run.errors:
         return SpanSetting("clock_plan", name, "job", False,
                            f"run by the job, {run.errors} clock switch(es) failed ({run.last_error}); "

@@ -2,6 +2,7 @@
 
 - ``protocol.py``: the files gridshift and the job share (mode file, result file, environment), ``GridshiftJob``.
 - ``core.py``: ``TrainingSession``, the whole protocol for one training process, under any framework.
+- ``background_writes.py``: the session's periodic file writes, on a thread of their own.
 - ``hf.py``, ``lightning.py``, ``torch_loop.py``: the one object for the HF Trainer, Lightning, and a
   PyTorch (or accelerate) loop of your own. They import their framework; this package does not.
 - ``clock_runner.py``: runs the mode's clock plan in the training process and swaps it on a mode change.

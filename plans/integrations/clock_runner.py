@@ -16,8 +16,8 @@ warning, and the result file names it (``unfired``).
 
 Clock calls go through the NVIDIA backend's journalled path (``GRIDSHIFT_GPU_DELEGATED_BY`` lets
 the job's backend act on a GPU that gridshift holds). With ``GRIDSHIFT_NVML_READ_ONLY=1`` the runner
-uses the executor's :class:`plans.dvfs.executor.DryRunControl` instead (logged, recorded, never sent
-to the GPU), and the result file says ``dry_run``.
+uses the executor's :class:`plans.dvfs.executor.DryRunControl` instead (counted, never sent to the
+GPU, and no worker thread), and the result file says ``dry_run``.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ClockPlanRunner:
         self._fired: Counter[str] = Counter()
         self._switches: Counter[str] = Counter()
         self._plan_step = 0
-        self._warned_unfired = False
+        self._checked_unfired = False
         self._quiet: set[str] = set()
         self._phases: tuple[str, ...] = ()
         #: the label the running plan gives the optimizer step (None: it has none)
@@ -147,21 +147,20 @@ class ClockPlanRunner:
         ex = self.executor
         if ex is None:
             return
-        before = ex.stats.requested
-        ex.on_phase(phase)
         self._fired[phase] += 1
-        if ex.stats.requested != before:
+        if ex.on_phase(phase):
             self._switches[phase] += 1
 
     def on_step(self, step: int) -> None:
         """A training step starts (``step``: the framework's count); warns once about plan phases
-        that have not started ``warn_after_steps`` steps into the plan."""
+        that have not started ``warn_after_steps`` steps into the plan (looked at once: a phase
+        that has started stays started)."""
         self.step = step
-        if self.executor is None or self._warned_unfired or step - self._plan_step < self.warn_after_steps:
+        if self.executor is None or self._checked_unfired or step - self._plan_step < self.warn_after_steps:
             return
+        self._checked_unfired = True
         unfired = [p for p in self._unfired() if p not in self._quiet]
         if unfired:
-            self._warned_unfired = True
             self._log.warning("gridshift: clock plan phase(s) %s never started in %d steps: nothing calls "
                               "on_phase for them (check the plan's phase names against the model)",
                               ", ".join(unfired), step - self._plan_step)
@@ -190,7 +189,7 @@ class ClockPlanRunner:
         self.plan_path = path
         self._fired.clear()
         self._switches.clear()
-        self._plan_step, self._warned_unfired = self.step, False
+        self._plan_step, self._checked_unfired = self.step, False
         run = ClockPlanRun(mode_seq=seq, plan=path, step=self.step, dry_run=self.dry_run)
         if path is not None:
             try:
@@ -222,9 +221,9 @@ class ClockPlanRunner:
         self.plan_path = None
         self._phases, self.optimizer_phase = (), None
 
-    def snapshot(self) -> None:
-        """Write the running plan's counts so far to the result file (the core calls it now and then,
-        so a job killed mid-run still leaves them)."""
+    def snapshot(self, *, write: bool = True) -> None:
+        """Hand the running plan's counts so far to the result file (the core does it now and then,
+        so a job killed mid-run still leaves them); ``write=False``: with the job's next write."""
         if self.executor is None or not self.runs:
             return
         stats = self.executor.stats
@@ -232,4 +231,4 @@ class ClockPlanRunner:
         if stats.errors:
             current.update(errors=stats.errors, last_error=stats.last_error)
         runs = [*self.runs[:-1], self.runs[-1].model_copy(update=current)]
-        self.job.report_clock_plans(tuple(runs))
+        self.job.report_clock_plans(tuple(runs), write=write)

@@ -11,12 +11,18 @@ one :class:`TrainingSession`, which:
 - marks the plan's phases: the framework's events through :meth:`TrainingSession.phase`, the rest
   through hooks (:mod:`plans.integrations.phase_hooks`), re-hooked when a new plan names others;
 - writes progress (``GRIDSHIFT_PROGRESS_FILE``, the fraction of the framework's step count done)
-  and the window's steps (the result file's ``windows``), and the outcome at the end;
+  and the window's steps (the result file's ``windows``) every ``poll_interval_s``, from a thread
+  of its own (:mod:`plans.integrations.background_writes`: a step never waits for a disk), and the
+  outcome at the end;
 - in a pausable run (``GRIDSHIFT_CHECKPOINT_DIR`` set) turns SIGTERM into a stop at the next step
   boundary, agreed by all ranks, where the integration writes its checkpoint and the process exits 0;
   with ``GRIDSHIFT_RESUME=1`` it names the newest checkpoint to resume from (:func:`newest_checkpoint`);
 - writes from rank 0 only; every rank runs the clock plan on its own GPU;
 - never ends training: any failure of its own is one warning line, and the clock plan is dropped.
+
+Per step the training thread does a few attribute reads and a clock read (the polls), and per phase
+a dictionary lookup (the plan's clock) and, in a real run, a queue put where a segment starts:
+:attr:`TrainingSession.busy_s` counts the time (``benchmarks/integration_overhead.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 
 from backends.nvidia import READ_ONLY_ENV
 from plans.dvfs.executor import ClockControl
+from plans.integrations.background_writes import BackgroundWriter
 from plans.integrations.clock_runner import ClockPlanRunner
 from plans.integrations.phase_hooks import HookError, PhaseHooks
 from plans.integrations.protocol import (
@@ -52,7 +59,7 @@ _STEP_IN_NAME = re.compile(r"(\d+)(?!.*\d)")
 
 def write_text_atomically(path: Path, text: str) -> None:
     """``path`` replaced by ``text`` in one rename: a reader sees the old line or the new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
@@ -129,6 +136,8 @@ class TrainingSession:
         self._last_poll = self._last_write = -float("inf")
         self._warned: set[str] = set()
         self._closed = False
+        self._writer = BackgroundWriter(self._write_files, self._failed_write)
+        self._busy_ns = 0
 
     # -- start and end ----------------------------------------------------------------------------
     def start(self, step: int, *, total_steps: int | None = None, model: Any = None, optimizer: Any = None,
@@ -153,7 +162,7 @@ class TrainingSession:
                metric: float | None = None, metric_name: str | None = None) -> None:
         """Training ended by itself at ``step``: the last progress, the window's end and the outcome."""
         self.step = step
-        self._write_progress(step)
+        self._write_progress(step)  # after the periodic writes handed over, never overtaken by them
 
         def write() -> None:
             self.job.window_at(step, ended="finished")
@@ -173,6 +182,7 @@ class TrainingSession:
         if self._closed:
             return
         self._closed = True
+        self._writer.close()
         if self.hooks is not None:
             self.guard("remove the hooks", self.hooks.remove, drop=False)
         self.guard("stop the clock plan", self.runner.close, drop=False)
@@ -184,19 +194,30 @@ class TrainingSession:
             self._handler_installed = False
 
     # -- during training ----------------------------------------------------------------------------
+    @property
+    def busy_s(self) -> float:
+        """Seconds spent so far in the session's per-step calls and its hooks, on the threads that
+        called them (what gridshift adds to the steps; the framework's dispatch to it not counted)."""
+        hooks = self.hooks.busy_ns if self.hooks is not None else 0
+        return (self._busy_ns + hooks) / 1e9
+
     def step_begin(self, step: int) -> None:
         """A step starts: a safe point to look at the mode file (at most every ``poll_interval_s``)."""
+        t0 = time.perf_counter_ns()
         self.step = step
         self.runner.on_step(step)
         if self._clock() - self._last_poll >= self.poll_interval_s:
             self.poll()
+        self._busy_ns += time.perf_counter_ns() - t0
 
     def phase(self, name: str) -> None:
         """A phase of the step starts (``forward``, ``backward``, ``optimizer`` or a module's)."""
+        t0 = time.perf_counter_ns()
         try:
             self.runner.on_phase(name)
         except Exception as exc:
             self._fail("run the clock plan", exc, drop=True)
+        self._busy_ns += time.perf_counter_ns() - t0
 
     def optimizer_step(self) -> None:
         """The optimizer step starts (under whichever label the plan gives it)."""
@@ -207,11 +228,18 @@ class TrainingSession:
     def step_end(self, step: int) -> bool:
         """A step ended (``step`` done): progress now and then; True when training must stop now for a
         pause (every rank gets the same answer: call it on every rank at the same steps)."""
+        t0 = time.perf_counter_ns()
         self.step = step
         if self._clock() - self._last_write >= self.poll_interval_s:
-            self._write_progress(step)
-            self.guard("write the result file", lambda: (self.runner.snapshot(), self.job.window_at(step)), drop=False)
-        return self.stop_requested()
+            self._last_write = self._clock()
+            self.guard("write the result file", lambda: self._hand_over(step), drop=False)
+        stop = self.stop_requested()
+        self._busy_ns += time.perf_counter_ns() - t0
+        return stop
+
+    def flush(self) -> None:
+        """Wait until the periodic writes handed over so far are on disk (tests; before reading the files)."""
+        self._writer.flush()
 
     def stop_requested(self) -> bool:
         """Whether a SIGTERM asked for a pause, on any rank (a collective when ranks are joined)."""
@@ -278,11 +306,33 @@ class TrainingSession:
         # only a flag: the step in flight finishes, so the checkpoint holds a whole step
         self._stop = True
 
-    def _write_progress(self, step: int) -> None:
-        self._last_write = self._clock()
+    def _fraction(self, step: int) -> float | None:
         if self.progress_file is None or not self.total_steps:
+            return None
+        return min(max(step / self.total_steps, 0.0), 1.0)
+
+    def _hand_over(self, step: int) -> None:
+        """The counts and the window's step to the job now (cheap), the files to the writer thread."""
+        self.runner.snapshot(write=False)
+        self.job.window_at(step, write=False)
+        if self.progress_file is not None or self.job.result_file is not None:
+            self._writer.submit(self._fraction(step))
+
+    def _write_files(self, fraction: float | None) -> None:  # on the writer thread
+        if fraction is not None and self.progress_file is not None:
+            write_text_atomically(self.progress_file, f"{fraction:.6f}\n")
+        self.job.write()
+
+    def _failed_write(self, exc: Exception) -> None:
+        self._fail("write progress and the result file", exc, drop=False)
+
+    def _write_progress(self, step: int) -> None:
+        """Progress written now, on this thread, after any periodic write still on its way."""
+        self._last_write = self._clock()
+        self._writer.flush()
+        fraction = self._fraction(step)
+        if fraction is None:
             return
-        fraction = min(max(step / self.total_steps, 0.0), 1.0)
         self.guard("write progress", lambda: write_text_atomically(self.progress_file, f"{fraction:.6f}\n"),
                     drop=False)
 

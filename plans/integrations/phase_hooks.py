@@ -19,6 +19,7 @@ No torch import: hooks are registered through the objects handed in.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -46,10 +47,10 @@ def _grad_tensor(output: Any) -> Any | None:
     if getattr(output, "requires_grad", False) and hasattr(output, "register_hook"):
         return output
     if isinstance(output, Mapping):  # a transformers ModelOutput: its loss first
-        items = list(output.values())
         loss = output.get("loss")
-        if loss is not None:
-            items.insert(0, loss)
+        if getattr(loss, "requires_grad", False) and hasattr(loss, "register_hook"):
+            return loss
+        items = list(output.values())
     elif isinstance(output, (tuple, list)):
         items = list(output)
     else:
@@ -73,6 +74,9 @@ class PhaseHooks:
         self.optimizer = optimizer
         self.events = frozenset(events)
         self._handles: list[Any] = []
+        #: nanoseconds the hooks spent before a phase starts (finding the tensor to hook): the
+        #: ``on_phase`` calls time themselves
+        self.busy_ns = 0
 
     def install(self, phases: Iterable[str]) -> list[str]:
         """Hook ``phases`` (replacing earlier hooks); returns the phases no hook can mark (a label
@@ -132,6 +136,8 @@ class PhaseHooks:
             self.on_phase(phase)
 
         def hook(module: Any, _inputs: Any, output: Any) -> None:
+            t0 = time.perf_counter_ns()
             if module.training and (t := _grad_tensor(output)) is not None:
                 t.register_hook(on_grad)
+            self.busy_ns += time.perf_counter_ns() - t0
         return hook

@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,7 +209,7 @@ class ClockPlanRun(BaseModel):
     unfired: tuple[str, ...] = Field(default=(), description="phases of the plan that never started")
     errors: int = Field(default=0, ge=0, description="clock calls that failed, or the plan that could not be run")
     last_error: str = ""
-    dry_run: bool = Field(default=False, description="the calls were logged, not sent to the GPU")
+    dry_run: bool = Field(default=False, description="the calls were counted, not sent to the GPU")
 
 
 class JobResult(BaseModel):
@@ -251,6 +252,10 @@ class GridshiftJob:
     object), the windows and the outcome all come from it; under ``torch.distributed`` only rank
     0's object has a result file (:meth:`from_env` with ``rank``). A resumed process
     (``GRIDSHIFT_RESUME=1``) keeps what the earlier windows wrote to the same file.
+
+    Writes may come from two threads (the integrations write the periodic ones from a thread of their
+    own): each renders the state as it is when it holds the write lock, so the newest state is the
+    last one written.
     """
 
     def __init__(self, *, batch_size: int | None, mode_file: Path | None, result_file: Path | None,
@@ -269,6 +274,7 @@ class GridshiftJob:
         self._plans: tuple[ClockPlanRun, ...] = ()
         self._windows: list[JobWindow] = []
         self._outcome: dict[str, Any] = {}
+        self._write_lock = threading.Lock()
         if resumed and result_file is not None:
             self._carry_on(result_file)
 
@@ -325,12 +331,14 @@ class GridshiftJob:
         ``reason``: why it kept a size other than the announced one."""
         self._acks.append(BatchSizeAck(mode_seq=announcement.seq, batch_size=batch_size, epoch=epoch, step=step,
                                        reason=reason or None))
-        self._write()
+        self.write()
 
-    def report_clock_plans(self, runs: tuple[ClockPlanRun, ...]) -> None:
-        """Tell gridshift which clock plans this runner has run so far, with their counts (written at once)."""
+    def report_clock_plans(self, runs: tuple[ClockPlanRun, ...], *, write: bool = True) -> None:
+        """Tell gridshift which clock plans this runner has run so far, with their counts (written at
+        once; ``write=False``: with the next write)."""
         self._plans = runs
-        self._write()
+        if write:
+            self.write()
 
     def new_clock_plan_runner(self) -> None:
         """A new runner reports from now on: what the last one reported is kept, in front of its."""
@@ -339,11 +347,12 @@ class GridshiftJob:
     def window_started(self, step: int, *, checkpoint: str | None = None) -> None:
         """This process trains from ``step`` (0, or the step of the checkpoint it resumed from)."""
         self._windows.append(JobWindow(window=self.window, start_step=step, end_step=step, checkpoint=checkpoint))
-        self._write()
+        self.write()
 
     def window_at(self, step: int, *, ended: Literal["running", "paused", "finished"] = "running",
-                  checkpoint: str | None = None) -> None:
-        """The last step this process reached (and how it ended, once it has)."""
+                  checkpoint: str | None = None, write: bool = True) -> None:
+        """The last step this process reached (and how it ended, once it has); ``write=False``: written
+        with the next write."""
         if not self._windows:
             self._windows.append(JobWindow(window=self.window, start_step=0))
         last = self._windows[-1]
@@ -351,17 +360,21 @@ class GridshiftJob:
         if checkpoint is not None:
             update["checkpoint"] = checkpoint
         self._windows[-1] = last.model_copy(update=update)
-        self._write()
+        if write:
+            self.write()
 
     def finish(self, *, reached: bool | None, epochs: float | None = None, steps: int | None = None,
                metric: float | None = None, metric_name: str | None = None) -> None:
         """Write the outcome (call once, at the end of training)."""
         self._outcome = {"reached": reached, "epochs": epochs, "steps": steps, "metric": metric,
                          "metric_name": metric_name}
-        self._write()
+        self.write()
 
-    def _write(self) -> None:
-        if self.result_file is not None:
+    def write(self) -> None:
+        """Replace the result file with everything so far (nothing without one)."""
+        if self.result_file is None:
+            return
+        with self._write_lock:
             result = JobResult(**self._outcome, batch_sizes=tuple(self._acks),
                                clock_plans=self._plans_before + self._plans, windows=tuple(self._windows))
             write_json_atomically(self.result_file, result.model_dump(mode="json", exclude_none=True))

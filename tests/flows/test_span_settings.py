@@ -44,7 +44,7 @@ def test_clock_plans_are_confirmed_by_the_jobs_report_of_switches() -> None:
                      "clock plan none (the job runs no plan, its clock lock undone)",
                      "clock plan eff.json (handed to the job, not confirmed)"]  # the job never got to seq 3
     dry = clock_plan_settings(ann[1:2], [ClockPlanRun(mode_seq=1, plan="/p/eff.json", switches=3, dry_run=True)])
-    assert dry[0] is not None and not dry[0].confirmed and "dry run: 3 clock switches logged, no clock changed" in dry[0].how
+    assert dry[0] is not None and not dry[0].confirmed and "dry run: 3 clock switches counted, no clock changed" in dry[0].how
 
 
 def test_a_job_that_writes_nothing_confirms_nothing() -> None:

@@ -100,13 +100,13 @@ def test_a_dry_run_is_reported_as_one_and_confirms_no_clock(tmp_path: Path) -> N
     announced = [_announce(job, 0, "speed", fast)]
     runner = ClockPlanRunner(job, dry_run=True, min_interval_s=0.0).start(announced[0])
     _step(runner, 0)
-    assert runner.executor is not None and runner.executor.control.calls == [  # type: ignore[attr-defined]
+    assert runner.executor is not None and list(runner.executor.control.calls) == [  # type: ignore[attr-defined]
         ("set_locked_sm_clock_mhz", (f, f)) for f in FAST]
     runner.close()
     assert _sm_locks(fake) == []  # nothing reached the GPU
     (span,) = job_settings(announced, None, read_result_file(tmp_path / "result.json"))
     assert settings_phrase(span).startswith(
-        "clock plan fast.json (run by the job in dry run: 4 clock switches logged, no clock changed; ")
+        "clock plan fast.json (run by the job in dry run: 4 clock switches counted, no clock changed; ")
     assert not span[0].confirmed
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -200,15 +201,69 @@ def test_rate_limit_waits_on_the_injected_clock_and_coalesces() -> None:
     assert [c[1] for c in rec.calls[:2]] == [1980, 1410]
 
 
-def test_dry_run_logs_and_records_and_touches_nothing(caplog: pytest.LogCaptureFixture) -> None:
+def test_dry_run_counts_logs_each_call_once_and_starts_no_thread(caplog: pytest.LogCaptureFixture) -> None:
     plan = _plan([("layer0.forward.attention", 1980), ("optimizer", 1200)])
+    threads = threading.active_count()
     with caplog.at_level("INFO", logger="gridshift.dvfs.executor"):
         with PlanExecutor(plan, dry_run=True, min_interval_s=0.0) as ex:
+            assert threading.active_count() == threads  # nothing to hand a no-op call to
+            _iteration(ex)
             _iteration(ex)
     assert isinstance(ex.control, DryRunControl)
-    assert ex.control.calls == [("set_locked_sm_clock_mhz", (1980, 1980)), ("set_locked_sm_clock_mhz", (1200, 1200)),
-                                ("reset_locked_sm_clock", ())]
-    assert "would call set_locked_sm_clock_mhz(1980, 1980)" in caplog.text
+    assert list(ex.control.calls) == [("set_locked_sm_clock_mhz", (1980, 1980)), ("set_locked_sm_clock_mhz", (1200, 1200))] * 2 + [
+        ("reset_locked_sm_clock", ())]
+    assert ex.control.n_calls == ex.stats.issued == 5
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 3 and "would call set_locked_sm_clock_mhz(1980, 1980)" in said[0]  # each distinct call once
+
+
+def test_dry_run_keeps_only_the_newest_calls() -> None:
+    plan = _plan([("layer0.forward.attention", 1980), ("optimizer", 1200)])
+    with PlanExecutor(plan, dry_run=True, min_interval_s=0.0) as ex:
+        ex.control.calls = deque(maxlen=3)  # type: ignore[attr-defined]
+        for _ in range(100):
+            _iteration(ex)
+    assert ex.control.n_calls == 201 and len(ex.control.calls) == 3  # type: ignore[attr-defined]
+
+
+def _rate_limited(ex: PlanExecutor, now: list[float]) -> None:
+    for t, phase in [(0.0, "layer0.forward.attention"), (0.1, "layer0.backward.mlp"), (0.2, "optimizer"),
+                     (0.3, "layer0.forward.attention"), (0.6, "layer0.backward.mlp")]:
+        now[0] = 100.0 + t
+        ex.on_phase(phase)
+
+
+def test_dry_run_coalesces_and_rate_limits_as_the_worker_does() -> None:
+    """Within min_interval_s of a call the newest request waits; one asking for the clock already set
+    makes no call. The dry run on the calling thread counts what the worker makes."""
+    plan = _plan([("layer0.forward.attention", 1980), ("layer0.backward.mlp", 1410), ("optimizer", 1200)])
+    now = [100.0]
+    with PlanExecutor(plan, dry_run=True, min_interval_s=0.5, clock=lambda: now[0]) as dry:
+        _rate_limited(dry, now)
+    assert [c[1][0] for c in list(dry.control.calls)[:-1]] == [1980, 1410]  # type: ignore[attr-defined]
+    assert (dry.stats.requested, dry.stats.issued, dry.stats.coalesced) == (5, 3, 2)
+
+    rec = Recorder(block_first=False)
+    gate = threading.Event()
+
+    def wait(seconds: float) -> None:  # the worker waits out the limit while the rest of the burst comes
+        gate.wait(10)
+        now[0] = max(now[0], 100.5)
+
+    with PlanExecutor(plan, rec, min_interval_s=0.5, clock=lambda: now[0], wait=wait) as real:
+        now[0] = 100.0
+        real.on_phase("layer0.forward.attention")
+        real.flush()
+        for t, phase in [(0.1, "layer0.backward.mlp"), (0.2, "optimizer"), (0.3, "layer0.forward.attention")]:
+            now[0] = 100.0 + t
+            real.on_phase(phase)
+        gate.set()
+        real.flush()
+        now[0] = 100.6
+        real.on_phase("layer0.backward.mlp")
+        real.flush()
+    assert [c[1] for c in rec.calls[:-1]] == [1980, 1410]
+    assert (real.stats.requested, real.stats.issued) == (dry.stats.requested, dry.stats.issued)
 
 
 def test_control_errors_are_counted_not_raised_into_training() -> None:

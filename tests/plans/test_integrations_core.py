@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from plans.integrations.background_writes import BackgroundWriter
 from plans.integrations.core import TrainingSession, newest_checkpoint, resume_checkpoint
 from plans.integrations.protocol import GridshiftJob, ModeAnnouncement, read_result_file, write_mode_file
 from tests.fakes.clock_plans import make_plan, write_plan
@@ -95,6 +97,7 @@ def test_progress_is_written_from_the_step_count_at_most_every_poll_interval(tmp
     for step in range(8):
         clock.t += 0.4
         s.step_end(step + 1)
+        s.flush()  # the periodic writes are the writer thread's
         seen.append((tmp_path / "progress").read_text().strip() if (tmp_path / "progress").exists() else None)
     s.close()
     assert seen == ["0.000000", "0.000000", "0.375000", "0.375000", "0.375000", "0.750000", "0.750000", "0.750000"]
@@ -259,3 +262,60 @@ def test_a_second_training_in_one_process_keeps_the_first_ones_record_and_the_mo
     assert [(r.mode_seq, Path(r.plan or "").name) for r in result.clock_plans] == [
         (0, "fast.json"), (1, "slow.json"), (1, "slow.json")]
     assert [(w.start_step, w.end_step, w.ended) for w in result.windows] == [(0, 10, "finished"), (0, 5, "finished")]
+
+
+def test_the_periodic_writes_leave_the_training_thread_and_never_overtake_the_final_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step hands its progress and result-file write to the writer thread (a disk may stall); the
+    final writes are the session's own, after whatever the writer still had."""
+    clock = Clock()
+    s = TrainingSession(environ=_env(tmp_path), dry_run=True, clock=clock, poll_interval_s=1.0)
+    s.start(0, total_steps=4)
+    writers: list[str] = []
+    write = GridshiftJob.write
+    monkeypatch.setattr(GridshiftJob, "write", lambda job: (writers.append(threading.current_thread().name), write(job)))
+    for step in range(4):
+        clock.t += 1.0
+        s.step_end(step + 1)
+    s.flush()
+    assert writers and set(writers) == {"gridshift-writes"}  # not on the training thread
+    writers.clear()
+    s.finish(4)
+    s.close()
+    assert writers and set(writers) == {threading.current_thread().name}  # the outcome: here, last
+    result = read_result_file(tmp_path / "result.json")
+    assert result is not None and result.steps == 4 and result.windows[-1].ended == "finished"
+    assert (tmp_path / "progress").read_text() == "1.000000\n"
+    assert s.busy_s > 0  # what its calls cost the steps, for the benchmarks
+
+
+def test_the_background_writer_writes_the_newest_item_and_survives_a_failure() -> None:
+    written: list[int] = []
+    errors: list[Exception] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def write(item: int) -> None:
+        if item == 1:
+            entered.set()
+            release.wait(10)
+        if item == 4:
+            raise OSError("disk full")
+        written.append(item)
+
+    w = BackgroundWriter(write, errors.append)
+    w.flush()  # nothing handed over: returns at once
+    w.submit(1)
+    assert entered.wait(10)
+    w.submit(2)
+    w.submit(3)  # 2 was never written: 3 replaces it
+    release.set()
+    w.flush()
+    assert written == [1, 3]
+    w.submit(4)
+    w.flush()
+    w.submit(5)  # the thread goes on after a failed write
+    w.flush()
+    assert written == [1, 3, 5] and [str(e) for e in errors] == ["disk full"]
+    w.close()
+    w.submit(6)  # after close: written at once, here
+    assert written[-1] == 6
