@@ -92,14 +92,31 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-def _until(what: str, check, timeout_s: float):
+def _until(what: str, check, timeout_s: float, explain=None):
+    """Poll ``check`` until it is truthy; on timeout fail with ``explain()`` (what the servers and logs say)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(1)  # polling real servers and processes, not timing the code under test
-    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+    raise AssertionError(f"not within {timeout_s:.0f} s: {what}" + (f"\n{explain()}" if explain else ""))
+
+
+def _explain(api: str, runs: list[str], tmp_path: Path) -> str:
+    """Each run's state and its last log lines, and the tail of every worker's log: why a wait failed."""
+    out = []
+    for r in runs:
+        run = _run(api, r)
+        logs = httpx.post(f"{api}/logs/filter", timeout=30, json={
+            "logs": {"flow_run_id": {"any_": [r]}}, "sort": "TIMESTAMP_DESC", "limit": 15}).json()
+        out.append(f"run {r} {run.get('name')}: {run.get('state_type')} {run.get('state_name')} "
+                   f"tags={run.get('tags')}")
+        out += [f"    {g['timestamp']} {g['message'][:300]}" for g in reversed(logs)]
+    for log in sorted(tmp_path.glob("worker-*.log")):
+        out.append(f"{log.name}, last lines:")
+        out += ["    " + line for line in log.read_text(errors="replace").splitlines()[-30:]]
+    return "\n".join(out)
 
 
 def _until_or_none(check, timeout_s: float):
@@ -179,7 +196,7 @@ def test_queued_runs_take_freed_gpus_at_once_and_a_dead_worker_leaves_nothing_ru
         assert time.time() < end - 20, "the set-up took too long to test the hand-over"
         reports = _until("the four runs wrote their reports",
                          lambda: (lambda rs: rs if all(rs) else None)([_report(api, r) for r in running + behind]),
-                         420)
+                         420, lambda: _explain(api, running + behind, tmp_path))
         ended = sorted(datetime.fromisoformat(r["ended_at"]) for r in reports[:2])
         started = sorted(datetime.fromisoformat(r["started_at"]) for r in reports[2:])
         waits = [(s - e).total_seconds() for e, s in zip(ended, started)]
@@ -200,7 +217,8 @@ def test_queued_runs_take_freed_gpus_at_once_and_a_dead_worker_leaves_nothing_ru
         os.killpg(worker.pid, signal.SIGKILL)
         killed = time.monotonic()
         worker.wait()
-        _until("the run is no longer Running", lambda: _run(api, victim)["state_type"] != "RUNNING", 150)
+        _until("the run is no longer Running", lambda: _run(api, victim)["state_type"] != "RUNNING", 150,
+               lambda: _explain(api, [victim], tmp_path))
         _until("its slot is free", lambda: _slots(api, limit) == 0, 150 - (time.monotonic() - killed))
         _until("no process of it is alive", lambda: not _processes_of(victim), 150 - (time.monotonic() - killed))
         print(f"worker killed: run {_run(api, victim)['state_type']}, slot free and no process left after "
@@ -248,7 +266,8 @@ def test_a_server_restart_mid_run_leaks_no_gpu_and_loses_no_report(prefect_serve
         server.start()
         back = time.monotonic()
         report = _until("the run is Completed with its report", lambda: (lambda r: _report(api, run) if
-                        r["state_type"] == "COMPLETED" else None)(_run(api, run)), 180)
+                        r["state_type"] == "COMPLETED" else None)(_run(api, run)), 180,
+                        lambda: _explain(api, [run], tmp_path))
         _until("every site's active slots equal its running runs",
                lambda: all(_slots(api, gpu_limit_name(s)) == 0 for s in sites), 180 - (time.monotonic() - back))
         settled = time.monotonic() - back
@@ -271,7 +290,7 @@ def test_a_server_restart_mid_run_leaks_no_gpu_and_loses_no_report(prefect_serve
         at_once = sorted(p["site"] for p in placed if not p["queued"])
         assert at_once == ["oa", "ob"], placed  # each site's free GPU taken at once, neither site twice
         reports = _until("the burst trained", lambda: (lambda rs: rs if rs and all(rs) else None)(
-            _trained(api, burst_runs)), 400)
+            _trained(api, burst_runs)), 400, lambda: _explain(api, burst_runs, tmp_path))
         for site in sites:  # never two runs on a 1-GPU site at once
             spans = sorted((datetime.fromisoformat(r["extra"]["gpus_acquired_at"]), datetime.fromisoformat(r["ended_at"]))
                            for r in reports if r["extra"]["site"] == site)
