@@ -9,7 +9,7 @@ from typing import Any
 from carbon.errors import CarbonError
 from carbon.providers.base import Provider
 
-__all__ = ["PROVIDERS", "get_provider", "provider_class", "provider_names", "provider_option_names"]
+__all__ = ["PROVIDERS", "get_provider", "option_names", "provider_class", "provider_names", "provider_option_names"]
 
 #: name -> "module:Class"
 PROVIDERS: dict[str, str] = {
@@ -49,15 +49,20 @@ def provider_class(name: str) -> type[Provider]:
 
 
 def provider_option_names(name: str) -> frozenset[str] | None:
-    """The option names provider ``name`` accepts (``zone`` and ``base_url`` included), read from
-    its constructor's signature and, while a constructor passes ``**kwargs`` on, its base classes'.
-    ``None`` when the chain ends in ``**kwargs`` nobody names (anything goes)."""
+    """The option names provider ``name`` accepts (``zone`` and ``base_url`` included): :func:`option_names`."""
+    return option_names(provider_class(name))
+
+
+def option_names(cls: type) -> frozenset[str] | None:
+    """The option names a source class accepts, read from its constructor's signature and, while a
+    constructor passes ``**kwargs`` on, its base classes'. ``None`` when the chain ends in
+    ``**kwargs`` nobody names (anything goes)."""
     names: set[str] = set()
-    for cls in provider_class(name).__mro__:
-        init = cls.__dict__.get("__init__")
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
         if init is None:
             continue
-        if cls is object:
+        if klass is object:
             return frozenset(names - _NOT_OPTIONS)
         params = inspect.signature(init).parameters.values()
         names.update(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))

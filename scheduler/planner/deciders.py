@@ -67,7 +67,8 @@ def plan_work(series: Signal, figures: Sequence[ModeFigures], *, rules: PlanRule
               objective: Objective, pausable: bool, resume_overhead_s: float, now: datetime, work_s: float,
               not_before: datetime, deadline: datetime | None, running_mode: str | None = None,
               running_since: datetime | None = None, resuming: bool = False, start_now: bool = False,
-              reference_start: datetime | None = None, pace_measured: bool = True, explain: bool = True) -> RunPlan:
+              reference_start: datetime | None = None, pace_measured: bool = True, explain: bool = True,
+              price: Signal | None = None) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds, seen at ``now``.
 
     A job without a deadline starts at once: it is planned against the finish of its slowest mode
@@ -77,14 +78,16 @@ def plan_work(series: Signal, figures: Sequence[ModeFigures], *, rules: PlanRule
     the start a user would pick (the cron time); the plan leaves it only for more than ``min_gain``.
     ``pace_measured=False``: no progress report seen yet, so no pace reserve (see :func:`plan_inputs`).
     ``series`` is a forecast series or values on a grid (:mod:`scheduler.planner.grid`); ``explain=False``
-    skips the plan's sentences.
+    skips the plan's sentences. ``price``: the prices published by ``now`` (the plan is costed on them,
+    and a priced objective plans on them).
     """
     job, constraints = plan_inputs(figures, rules=rules, constraints=constraints, pausable=pausable,
                                    resume_overhead_s=resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
                                    deadline=deadline, running_mode=running_mode, running_since=running_since,
                                    resuming=resuming, start_now=start_now, reference_start=reference_start,
                                    pace_measured=pace_measured)
-    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints, explain=explain)
+    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints, explain=explain,
+                    price=price)
 
 
 @dataclass
@@ -177,9 +180,10 @@ class Decider(Protocol):
         """The job starts again after a pause (a resume costs its overhead)."""
 
     def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
-               started_before: bool) -> RunPlan:
+               started_before: bool, price: Signal | None = None) -> RunPlan:
         """The plan from ``t`` on; ``running``/``since``: the mode in force and since when (None:
-        not running); ``started_before``: an earlier window of this job ran."""
+        not running); ``started_before``: an earlier window of this job ran; ``price``: the prices
+        published by ``t`` (None: no price source)."""
 
 
 class PlanDecider:
@@ -211,7 +215,7 @@ class PlanDecider:
         self.tracker.resumed(self.resume_overhead_s)
 
     def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
-               started_before: bool) -> RunPlan:
+               started_before: bool, price: Signal | None = None) -> RunPlan:
         # the flow run's start has come (deploy/serve chose it, or the user ran it now): a job that
         # cannot pause starts at once, and the plan chooses its modes
         assert isinstance(self.rules, PlanRule)
@@ -227,7 +231,8 @@ class PlanDecider:
                          resume_overhead_s=self.resume_overhead_s, now=t, work_s=self.tracker.left_s, not_before=t,
                          deadline=self.deadline, running_mode=running, running_since=since,
                          start_now=not started_before and not self.pausable,
-                         resuming=started_before and running is None, pace_measured=measured, explain=self.explain)
+                         resuming=started_before and running is None, pace_measured=measured, explain=self.explain,
+                         price=price)
 
 
 class ThresholdDecider:
@@ -288,8 +293,8 @@ class ThresholdDecider:
                 self.factors[m] = max(wall / work / base, 1.0)
 
     def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
-               started_before: bool) -> RunPlan:
-        series = as_series(series)
+               started_before: bool, price: Signal | None = None) -> RunPlan:
+        series = as_series(series)  # threshold rules decide on carbon alone (a priced objective needs the planner)
         if running is None and self.first is not None:  # the flow's opening decision (first_decision)
             decision = self.first
         else:
