@@ -84,8 +84,20 @@ def human_report(report: dict[str, Any], log_path: Path | None = None) -> str:
     return "\n".join(lines)
 
 
+def cost_text(cost: dict[str, Any]) -> str:
+    """A run's cost in words: ``0.0421 EUR``, or why there is none."""
+    if cost.get("total") is None:
+        return "unknown"
+    missing = f" ({cost['spans_without_prices']} span(s) without a price)" if cost.get("spans_without_prices") else ""
+    return f"{cost['total']:.4g} {cost.get('currency', '')}".rstrip() + missing
+
+
 def _extra_lines(extra: dict[str, Any]) -> list[str]:
     lines = []
+    if extra.get("cost"):
+        c = extra["cost"]
+        lines.append(f"  cost       {cost_text(c)} ({c.get('label') or c.get('error', '')}"
+                     + (f", {c['source']}" if c.get("source") else "") + ")")
     if "rounding" in extra.get("plan", {}):
         p = extra["plan"]
         lines.append(f"  plan       work counted to {p['rounding']:.2%} by the planner (bound {p['max_rounding']:.0%})")

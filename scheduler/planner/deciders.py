@@ -29,7 +29,18 @@ from scheduler.planner.grid import Signal, as_series
 from scheduler.policy.types import AbsoluteRule, Mode, PlanRule, RelativeRule
 from scheduler.run_spec import RunSpec
 
-__all__ = ["Decider", "PlanDecider", "ThresholdDecider", "WorkTracker", "first_decision", "make_decider", "plan_inputs", "plan_work"]
+__all__ = ["Decider", "PlanDecider", "ThresholdDecider", "WorkTracker", "first_decision", "make_decider", "plan_inputs",
+           "plan_work", "without_prices"]
+
+#: what a priced objective does when no price could be read (a source down since the run began)
+NO_PRICES = "no prices could be read: planning on carbon alone (objective.carbon_price set aside) until they can"
+
+
+def without_prices(objective: Objective, price: Signal | None) -> tuple[Objective, str | None]:
+    """The objective a plan can use: a priced one needs prices; without any it plans on carbon alone and says so."""
+    if objective.priced and price is None:
+        return replace(objective, carbon_price=None), NO_PRICES
+    return objective, None
 
 #: a threshold decision holds until the loop re-decides: its one segment has no planned end
 _OPEN_END = timedelta(days=36500)
@@ -198,7 +209,7 @@ class PlanDecider:
         self.resume_overhead_s = spec.job.resume_overhead_s
         self.reports_progress, self.interval_s = spec.job.reports_progress, spec.interval_s
         self.notes: list[str] = []
-        self._pace_warned = False
+        self._pace_warned = self._prices_warned = False
         self.deadline, self.pausable = deadline, pausable
         self.order = [f.name for f in figures]
         self.tracker = WorkTracker(total_s=spec.job.expected_duration_s, figures={f.name: f for f in figures},
@@ -226,8 +237,12 @@ class PlanDecider:
             self._pace_warned = True
             self.notes.append(f"{t:%H:%M}: job.reports_progress is set but the job has reported no progress in "
                               f"{self.tracker.watched_s:.0f} s; the deadline margin is kept as time from now on")
+        objective, note = without_prices(self.objective, price)
+        if note and not self._prices_warned:
+            self._prices_warned = True
+            self.notes.append(f"{t:%H:%M}: {note}")
         return plan_work(series, self.tracker.planning_figures(self.order), rules=self.rules,
-                         constraints=self.constraints, objective=self.objective, pausable=self.pausable,
+                         constraints=self.constraints, objective=objective, pausable=self.pausable,
                          resume_overhead_s=self.resume_overhead_s, now=t, work_s=self.tracker.left_s, not_before=t,
                          deadline=self.deadline, running_mode=running, running_since=since,
                          start_now=not started_before and not self.pausable,

@@ -15,14 +15,14 @@ coming occurrences of a recurring job for ``gridshift serve``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, Sequence
 
 from carbon.series import IntensitySeries
 from scheduler.planner.grid import Signal, as_series
 from scheduler.planner.thresholds import Decision, decide
-from scheduler.planner.deciders import plan_work
+from scheduler.planner.deciders import plan_work, without_prices
 from scheduler.run_spec import objective_of, resolve_run, rule_constraints
 from scheduler.planner import ModeFigures, PlanConstraints, RunPlan
 from scheduler.policy.cron import next_runs
@@ -96,12 +96,13 @@ def plan_policy_job(
     """
     constraints = plan_constraints(policy)  # refuses threshold rules
     assert isinstance(policy.rules, PlanRule)
-    return plan_work(series, figures, rules=policy.rules, constraints=constraints,
-                     objective=objective_of(policy), price=price,
+    objective, note = without_prices(objective_of(policy), price)
+    plan = plan_work(series, figures, rules=policy.rules, constraints=constraints, objective=objective, price=price,
                      pausable=policy.job.checkpointable if pausable is None else pausable,
                      resume_overhead_s=policy.job.resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
                      deadline=deadline, running_mode=running_mode, running_since=running_since, resuming=resuming,
                      start_now=start_now, reference_start=reference_start, pace_measured=pace_measured)
+    return replace(plan, reasons=(*plan.reasons, note)) if note else plan
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def plan_start(policy: Policy, series: Signal, *, nominal: datetime, now: dateti
     if not plans_with_planner(policy):
         d = _threshold_start(policy, as_series(series), nominal=nominal, now=now, earliest=earliest, deadline=deadline)
         return StartChoice(start_at=d.start_at, mode=d.mode, reason=d.reason)
-    priced = policy.objective.carbon_price is not None
+    priced = policy.objective.carbon_price is not None and price is not None
     if static is not None and not priced:
         return StartChoice(start_at=max(nominal, earliest), mode=policy.rules.clean_mode,
                            reason=f"the cron start is kept: {static}; the run plans its modes on no forecast")
