@@ -66,7 +66,7 @@ class PriceTrace(PriceSource):
     name: ClassVar[str] = "trace"
 
     def __init__(self, path: str | Path, *, zone: str = "", market: str | None = None, currency: str | None = None,
-                 column: str | None = None, replay: Literal["loop", "aligned"] = "aligned") -> None:
+                 column: str | None = None, replay: Literal["loop", "aligned"] = "loop") -> None:
         found = market_for(market or zone) if (market or zone) else SDAC
         if found is None:
             raise UnknownZone(f"no day-ahead publication rule for {market or zone!r}: give options.market "

@@ -54,10 +54,10 @@ def explain(segments: "Sequence[Segment]", modes: "Sequence[ModeFigures]", c: np
         if start > earliest + timedelta(seconds=1):
             there = _mean(c, first_slot * slot_s, first_slot * slot_s + dur, slot_s)
             reasons.append(f"start at {_hm(start)} rather than {_hm(earliest)}: the forecast over the run averages "
-                           f"{u.text(here)} against {u.text(there)} starting at once")
+                           f"{u.text(here)} against {u.text(there)} starting at once{u.basis}")
         else:
             reasons.append(f"start at {_hm(start)}, the earliest allowed: no later start is forecast to be {u.lower} "
-                           f"overall ({u.text(here)} over the run)")
+                           f"overall ({u.text(here)} over the run{u.basis})")
     seg_reasons: list[str] = []
     night = _mean(c, rel(segments[0].start), rel(segments[-1].end), slot_s)
     for k, s in enumerate(segments):
@@ -68,10 +68,10 @@ def explain(segments: "Sequence[Segment]", modes: "Sequence[ModeFigures]", c: np
             if len(segments) == 1 and m.name != fastest.name:
                 saving = 1 - m.joules_per_work_s / fastest.joules_per_work_s
                 why = (f"{s.mode} throughout: {saving:.0%} less energy per unit of work than {fastest.name} outweighs "
-                       f"anything a faster finish could catch on this forecast ({u.text(g)})")
+                       f"anything a faster finish could catch on this forecast ({u.text(g)}{u.basis})")
             else:
                 saving = 1 - m.joules_per_work_s / fastest.joules_per_work_s
-                why = f"{span} at ~{u.text(g)}: {saving:.0%} less energy per unit of work than {fastest.name}"
+                why = f"{span} at ~{u.text(g)}{u.basis}: {saving:.0%} less energy per unit of work than {fastest.name}"
         else:
             extra = m.joules_per_work_s / frugal.joules_per_work_s - 1
             if objective.time_value_g_per_h > 0:

@@ -296,8 +296,13 @@ def policy_warnings(policy: Any) -> list[str]:
     - ``rules.slot_s`` coarser than the job's window (earliest start to deadline): the planner lays its
       slots on that grid, so no start fits inside the window, and every run is planned as one that
       cannot meet its deadline.
+    - ``objective.carbon_price`` without a ``price:`` source: runs have no prices to plan on.
     """
     out: list[str] = []
+    if policy.objective.carbon_price is not None and policy.price is None:
+        out.append("objective.carbon_price is set but the policy has no price: source: runs plan on carbon alone "
+                   "(and say so); add price: {provider: energycharts, zone: DE-LU} or another source, or simulate "
+                   "with --price-trace FILE")
     job, rules = policy.job, policy.rules
     slot_s = getattr(rules, "slot_s", None)  # the planner's grid (threshold rules have none)
     if job.deadline_s is not None and slot_s is not None:
