@@ -55,3 +55,21 @@ def test_a_failing_source_fails_over_to_the_next(server: PriceServer) -> None:
         got = reader.read(start=NOW, end=NOW + timedelta(hours=12), now=NOW)
         reader.close()
     assert got.source == "awattar" and "503" in got.failures[0] and len(got.series) == 12
+
+
+def test_gridshift_prices_prints_what_is_published(server: PriceServer) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    server.published_until = None
+    out = CliRunner().invoke(app, ["prices", "--source", "awattar", "--zone", "DE", "--base-url", server.url,
+                                   "--hours", "24", "--json"])
+    assert out.exit_code == 0, out.output
+    import json
+
+    got = json.loads(out.output)
+    assert got["currency"] == "EUR" and len(got["points"]) == 24 and "13:00 Europe/Berlin" in got["published"]
+    server.failure = "503"
+    down = CliRunner().invoke(app, ["prices", "--base-url", server.url, "-o", "retries=0"])
+    assert down.exit_code == 3 and "503" in down.output
