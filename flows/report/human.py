@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +91,10 @@ def cost_text(cost: dict[str, Any]) -> str:
     if cost.get("total") is None:
         return "unknown"
     missing = f" ({cost['spans_without_prices']} span(s) without a price)" if cost.get("spans_without_prices") else ""
-    return f"{cost['total']:.4g} {cost.get('currency', '')}".rstrip() + missing
+    total = float(cost["total"])
+    # four significant figures, never in exponent notation (a short run on one GPU costs a fraction of a cent)
+    digits = 2 if abs(total) >= 1 or total == 0 else 3 - math.floor(math.log10(abs(total)))
+    return f"{total:.{digits}f} {cost.get('currency', '')}".rstrip() + missing
 
 
 def _extra_lines(extra: dict[str, Any]) -> list[str]:

@@ -73,7 +73,7 @@ class ObjectiveUnits:
     good: str       # "clean" / "cheap"
     higher: str     # "dirtier" / "dearer"
     what: str       # "the grid" / "energy"
-    basis: str = ""  # what a priced weight holds, said once a sentence: " (price + carbon at 85 EUR/t)"
+    basis: str = ""  # what a priced weight holds, said once a sentence: " as price + carbon at 85 EUR/t"
 
 
 def units_of(carbon_price: float | None, currency: str = "") -> ObjectiveUnits:
@@ -81,7 +81,7 @@ def units_of(carbon_price: float | None, currency: str = "") -> ObjectiveUnits:
     if carbon_price is None:
         return ObjectiveUnits(lambda v: f"{v:.0f} g/kWh", "cleaner", "clean", "dirtier", "the grid")
     cur = currency or "currency"
-    basis = f" (price + carbon at {carbon_price:g} {cur}/t)" if carbon_price > 0 else " (price)"
+    basis = f" as price + carbon at {carbon_price:g} {cur}/t" if carbon_price > 0 else " as price"
     return ObjectiveUnits(lambda v: f"{v * _KWH_PER_MWH:.1f} {cur}/MWh", "cheaper", "cheap", "dearer", "energy", basis)
 
 

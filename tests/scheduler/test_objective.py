@@ -146,4 +146,4 @@ def test_the_sentences_speak_of_cost_under_a_priced_objective() -> None:
     job = PlanJob(work_s=3 * 3600, not_before=NOW, deadline=NOW + timedelta(hours=12))
     plan = plan_slots(_hourly(CARBON, n), job, MODES, now=NOW, objective=Objective(carbon_price=80.0, currency="EUR"),
                       price=_hourly(PRICES, n), constraints=PlanConstraints(slot_s=SLOT))
-    assert "EUR/MWh" in plan.reason and "(price + carbon at 80 EUR/t)" in plan.reason and "g/kWh" not in plan.reason
+    assert "EUR/MWh" in plan.reason and "as price + carbon at 80 EUR/t" in plan.reason and "g/kWh" not in plan.reason
