@@ -88,3 +88,16 @@ def test_without_prices_a_priced_run_plans_on_carbon_and_says_so(tmp_path: Path)
     assert any("prices unavailable" in w for w in run.warnings)
     assert any("planning on carbon alone" in w for w in run.warnings)
     assert run.extra["cost"]["total"] is None and "no prices" in run.extra["cost"]["error"]
+
+
+def test_the_report_and_the_artifact_show_the_cost() -> None:
+    from flows.report.human import human_report
+    from flows.run.artifacts import report_markdown
+    from tests.flows.test_run_chart import deferred_report
+
+    report = deferred_report()
+    report.setdefault("extra", {})["cost"] = {"total": 3.711e-05, "currency": "USD", "source": "trace[ERCOT]",
+                                              "spans": [], "spans_without_prices": 0,
+                                              "label": "modelled energy x the published day-ahead price"}
+    assert "  cost       0.00003711 USD (modelled energy x the published day-ahead price, trace[ERCOT])" in human_report(report)
+    assert "| cost | 0.00003711 USD | modelled energy x the published day-ahead price |" in report_markdown(report)
