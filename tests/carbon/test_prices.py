@@ -15,7 +15,7 @@ from carbon.prices import PriceReader, PriceSeries, get_price_source, market_for
 from carbon.prices.awattar import AwattarPrices
 from carbon.prices.day_ahead import ERCOT, SDAC
 from carbon.prices.energycharts import EnergyChartsPrices
-from carbon.prices.trace import PriceTrace, parse_price_text
+from carbon.prices.trace import parse_price_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "price"
 EC = "https://api.energy-charts.info"
