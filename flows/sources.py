@@ -158,7 +158,7 @@ def run_cost(spans: Sequence[ModeSpan], reader: PriceReader, now: datetime, *, c
         return None
     try:
         got = reader.read(start=spans[0].start, end=spans[-1].end, now=now)
-    except CarbonError as exc:
+    except Exception as exc:  # the report is written whatever the price source does
         return {"total": None, "currency": currency, "error": f"no prices for the run's hours: {exc}"}
     per_span, total, uncovered = [], 0.0, 0
     for s in spans:

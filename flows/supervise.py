@@ -35,7 +35,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from backends.base import Backend
 from backends.types import Capabilities
-from carbon.errors import CarbonError
 from carbon.monitor import CarbonMonitor, Reading
 from carbon.prices import PriceReader
 from flows.job.process import JobHandle
@@ -240,7 +239,7 @@ class _JobDriver:
             return None
         try:
             self._price, _, failures = read_price_signal(self.prices, t)
-        except CarbonError as exc:
+        except Exception as exc:  # CarbonError, or a source that cannot be built: prices must not fail the run
             if not self._prices_down:
                 self.run.warnings.append(f"{t:%H:%M:%S}: prices unavailable ({exc}); deciding on the last prices read")
             self._prices_down = True
