@@ -32,7 +32,7 @@ from carbon.errors import BadTrace
 from carbon.series import IntensityKind, IntensityPoint, IntensitySeries, as_utc
 
 __all__ = ["MAX_GAP", "MAX_PLAUSIBLE_G_PER_KWH", "TraceCheck", "TraceColumns", "parse_trace_text", "parse_value_rows",
-           "read_trace", "series_gaps"]
+           "read_text_or_refuse", "read_trace", "series_gaps"]
 
 #: no grid's intensity comes near this (lignite, the dirtiest fuel, is about 1,100 g/kWh over its life
 #: cycle): a larger value is a unit or export error, and it would overflow the integrals
@@ -234,6 +234,16 @@ def series_gaps(series: IntensitySeries, *, max_gap: timedelta = MAX_GAP) -> lis
     return [(a.end, b.start) for a, b in zip(pts, pts[1:]) if b.start - a.end > max_gap]
 
 
+def read_text_or_refuse(path: Path, what: str) -> str:
+    """A data file's text (a BOM dropped); a missing or unreadable file is :class:`BadTrace` at ``path:0``."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise BadTrace(f"{path}:0: {what} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadTrace(f"{path}:0: cannot read {what}: {exc}") from None
+
+
 def read_trace(
     path: str | Path,
     *,
@@ -244,11 +254,6 @@ def read_trace(
 ) -> IntensitySeries:
     """Read a trace CSV file (see module docstring); ``check`` collects its warnings and gaps."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise BadTrace(f"{p}:0: trace file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadTrace(f"{p}:0: cannot read trace: {exc}") from None
+    text = read_text_or_refuse(p, "trace file")
     return parse_trace_text(text, column=column, where=str(p), kind=kind, source=f"trace:{p.name}", zone=zone,
                             check=check)

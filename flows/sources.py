@@ -36,13 +36,18 @@ PRICE_BEHIND = timedelta(days=1)
 PRICE_AHEAD = timedelta(days=2)
 
 
-def provider_for(source: CarbonSource) -> Provider:
+def _options(source: CarbonSource | PriceSourceConfig) -> dict[str, Any]:
+    """A source's constructor options: its ``options``, with its zone (unless they give one) and base URL."""
     options: dict[str, Any] = dict(source.options)
     if source.zone is not None:
         options.setdefault("zone", source.zone)
     if source.base_url is not None:
         options["base_url"] = source.base_url
-    return get_provider(source.provider, **options)
+    return options
+
+
+def provider_for(source: CarbonSource) -> Provider:
+    return get_provider(source.provider, **_options(source))
 
 
 def _label(source: CarbonSource) -> str:
@@ -125,12 +130,7 @@ def signal_reading(reading: Reading) -> SignalReading:
 
 
 def _price_source(source: PriceSourceConfig) -> PriceSource:
-    options: dict[str, Any] = dict(source.options)
-    if source.zone is not None:
-        options.setdefault("zone", source.zone)
-    if source.base_url is not None:
-        options["base_url"] = source.base_url
-    return get_price_source(source.provider, **options)
+    return get_price_source(source.provider, **_options(source))
 
 
 def price_reader_for(price: PriceConfig | None) -> PriceReader | None:

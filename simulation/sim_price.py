@@ -17,7 +17,7 @@ import numpy as np
 
 from carbon.prices.series import PriceSeries
 from scheduler.planner.grid import GridSignal
-from scheduler.planner.objective import PriceSignal, price_tail
+from scheduler.planner.objective import PriceSignal, price_grid, price_tail
 
 __all__ = ["SimPrices"]
 
@@ -33,14 +33,10 @@ class SimPrices:
         if not series:
             raise ValueError("the price trace is empty")
         pts = series.points
-        step = min(p.duration for p in pts).total_seconds()
-        origin = pts[0].start
-        n = int(math.ceil((series.end - origin).total_seconds() / step - 1e-9))
-        starts = np.array([(p.start - origin).total_seconds() for p in pts])
-        idx = np.clip(np.searchsorted(starts, np.arange(n) * step, side="right") - 1, 0, len(pts) - 1)
-        self.values = np.array([p.per_mwh for p in pts])[idx]
+        step, idx = price_grid(series)
+        self.values = np.array(series.values())[idx]
         published = [p.published_at for p in pts]
-        origin_s = (origin - epoch).total_seconds()
+        origin_s = (series.start - epoch).total_seconds()
         pub = np.array([(t - epoch).total_seconds() if t is not None else -math.inf for t in published])[idx]
         # a later interval is never published before an earlier one (markets publish day by day)
         self.published_s = np.maximum.accumulate(pub)

@@ -331,7 +331,7 @@ def simulate(
     gaps = series_gaps(trace)
     nominals, skipped = _outside_gaps(nominals, gaps, earliest_s=job.earliest_start_s, deadline_s=job.deadline_s)
     sim_prices = SimPrices(prices, t0) if prices is not None else None
-    unpriced = 0
+    every_night, unpriced = nominals, 0
     if sim_prices is not None:  # only nights the prices cover, from the earliest start to the deadline
         kept = [n for n in nominals if sim_prices.covers((n - t0).total_seconds() + job.earliest_start_s,
                                                          (n - t0).total_seconds() + job.deadline_s)]
@@ -351,13 +351,16 @@ def simulate(
     assert constraints is not None
     grid_s = _gcd_s(step, plan_rule.slot_s, plan_rule.interval_s, threshold_policy.rules.interval_s)
     offsets = [(n - t0).total_seconds() for n in nominals]
-    records = NightRecords(NightPlanner(spec, modes), truth, forecast_candidates(forecaster), offsets,
+    # the gate's record is of carbon forecasts: on a carbon objective it holds the nights the prices miss too,
+    # so adding a price trace changes no plan; a priced objective's record needs each night's prices
+    recorded = offsets if objective.priced else [(n - t0).total_seconds() for n in every_night]
+    records = NightRecords(NightPlanner(spec, modes), truth, forecast_candidates(forecaster), recorded,
                            earliest_s=job.earliest_start_s, deadline_s=job.deadline_s, slot_s=constraints.slot_s,
                            prices=sim_prices)
     ctx = _JobContext(policy=policy, spec=spec, threshold_spec=resolve_run(threshold_policy), truth=truth, t0=t0,
                       modes=tuple(modes), forecaster=forecaster, wanted=tuple(wanted), objective=objective, constraints=constraints,
                       interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain,
-                      records=records, nominals={ns: k for k, ns in enumerate(offsets)}, pace_error=pace_error,
+                      records=records, nominals={ns: k for k, ns in enumerate(recorded)}, pace_error=pace_error,
                       prices=sim_prices)
     out: dict[str, list[JobOutcome]] = {s: [] for s in (*wanted, *(OPTIMA if sim_prices is not None else ()))}
     for per_job in _map_jobs(ctx, offsets, workers, progress):

@@ -121,7 +121,7 @@ def summarise(result: "SimulationResult") -> dict[str, Any]:
         "mode_slowdown": {m.name: 1.0 / m.speed for m in result.modes},
         "mode_source": {m.name: m.source for m in result.modes},
         **result.extra,
-        **({"price": price_summary(result, strategies)} if "oracle_cost" in result.outcomes else {}),
+        **({"price": price_summary(result, strategies)} if "oracle_cost" in result.outcomes and n else {}),
     }
 
 

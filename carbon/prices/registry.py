@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from typing import Any
 
 from carbon.errors import CarbonError
 from carbon.prices.base import PriceSource
-from carbon.providers.registry import option_names
+from carbon.providers.registry import option_names, registered_class
 
 __all__ = ["PRICE_SOURCES", "UnknownPriceSource", "get_price_source", "price_source_class", "price_source_names",
            "price_source_option_names"]
@@ -31,13 +29,7 @@ def price_source_names() -> list[str]:
 
 def price_source_class(name: str) -> type[PriceSource]:
     """The class registered as ``name``, imported now (nothing is constructed)."""
-    target = PRICE_SOURCES.get(name)
-    if target is None:
-        near = difflib.get_close_matches(name, price_source_names(), n=1)
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise UnknownPriceSource(f"unknown price source {name!r}{hint} (known: {', '.join(price_source_names())})")
-    module_name, _, cls_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), cls_name)  # type: ignore[no-any-return]
+    return registered_class(PRICE_SOURCES, name, UnknownPriceSource, "price source")  # type: ignore[no-any-return]
 
 
 def price_source_option_names(name: str) -> frozenset[str] | None:

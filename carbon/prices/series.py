@@ -14,7 +14,9 @@ import bisect
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Iterable, Iterator
+from typing import Iterable
+
+from carbon.series import TimeOrdered
 
 __all__ = ["PricePoint", "PriceSeries"]
 
@@ -47,7 +49,7 @@ class PricePoint:
 
 
 @dataclass(frozen=True)
-class PriceSeries:
+class PriceSeries(TimeOrdered[PricePoint]):
     """Ordered, non-overlapping prices for one zone, in one currency (a later point at the same start wins)."""
 
     points: tuple[PricePoint, ...]
@@ -73,23 +75,6 @@ class PriceSeries:
     def of(cls, points: Iterable[PricePoint], zone: str = "", currency: str = "") -> "PriceSeries":
         return cls(points=tuple(points), zone=zone, currency=currency)
 
-    def __len__(self) -> int:
-        return len(self.points)
-
-    def __iter__(self) -> Iterator[PricePoint]:
-        return iter(self.points)
-
-    def __bool__(self) -> bool:
-        return bool(self.points)
-
-    @property
-    def start(self) -> datetime:
-        return self.points[0].start
-
-    @property
-    def end(self) -> datetime:
-        return self.points[-1].end
-
     def _like(self, points: Iterable[PricePoint]) -> "PriceSeries":
         return PriceSeries(points=tuple(points), zone=self.zone, currency=self.currency)
 
@@ -99,9 +84,7 @@ class PriceSeries:
 
     def window(self, start: datetime, end: datetime) -> "PriceSeries":
         """Points that overlap ``[start, end)``."""
-        lo = max(bisect.bisect_right(self._starts, start) - 1, 0)
-        hi = bisect.bisect_left(self._starts, end)
-        return self._like(p for p in self.points[lo:hi] if p.end > start)
+        return self._like(self._overlapping(start, end))
 
     def at(self, moment: datetime) -> PricePoint | None:
         """The point in force at ``moment`` (None in a gap, before the first or after the last)."""

@@ -20,7 +20,7 @@ from carbon.errors import BadTrace, NoCoverage, UnknownZone
 from carbon.prices.base import PriceSource
 from carbon.prices.day_ahead import SDAC, DayAheadMarket, market_for
 from carbon.prices.series import PricePoint, PriceSeries
-from carbon.trace_file import TraceCheck, parse_value_rows
+from carbon.trace_file import TraceCheck, parse_value_rows, read_text_or_refuse
 
 __all__ = ["MAX_PLAUSIBLE_PER_MWH", "PriceTrace", "parse_price_text", "read_price_trace"]
 
@@ -50,14 +50,8 @@ def read_price_trace(path: str | Path, *, column: str | None = None, zone: str =
                      market: DayAheadMarket | None = None, check: TraceCheck | None = None) -> PriceSeries:
     """Read a price trace file (see the module docstring)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise BadTrace(f"{p}:0: price trace not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadTrace(f"{p}:0: cannot read price trace: {exc}") from None
-    return parse_price_text(text, column=column, where=str(p), zone=zone, currency=currency, market=market,
-                            check=check)
+    return parse_price_text(read_text_or_refuse(p, "price trace"), column=column, where=str(p), zone=zone,
+                            currency=currency, market=market, check=check)
 
 
 class PriceTrace(PriceSource):

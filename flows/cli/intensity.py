@@ -40,15 +40,20 @@ def prices(
     """Print the electricity prices published now for the hours ahead (what a priced plan would use)."""
     from carbon.errors import CarbonError
     from carbon.prices import get_price_source
+    from carbon.prices.registry import UnknownPriceSource
 
     if hours <= 0:
         raise fail(f"--hours must be positive, got {hours:g}", 2)
     opts = _options(option, zone, base_url)
+    if source == "trace" and "path" not in opts:
+        raise fail("price source 'trace' reads a file: give -o path=FILE (timestamp,price per MWh)", 2)
     now = datetime.now(timezone.utc)
     start = now.replace(minute=0, second=0, microsecond=0)
     try:
         with get_price_source(source, **opts) as p:
             got = p.prices(start=start, end=start + timedelta(hours=hours), now=now)
+    except UnknownPriceSource as exc:  # a typo on the command line is bad input, as an unknown carbon provider is
+        raise fail(exc, 2) from None
     except CarbonError as exc:  # every source failure: one line, exit 3 (a bad price file: 2)
         raise fail(exc) from None
     except TypeError as exc:
@@ -63,7 +68,7 @@ def prices(
                                                                 "published_at": q.published_at.isoformat()
                                                                 if q.published_at else None} for q in got]}))
         return
-    typer.echo(f"{source} {got.zone}: {len(values)} prices published from {got.start:%Y-%m-%d %H:%M} to "
+    typer.echo(f"{source}{' ' + got.zone if got.zone else ''}: {len(values)} prices published from {got.start:%Y-%m-%d %H:%M} to "
                f"{got.end:%Y-%m-%d %H:%M} UTC ({market})")
     typer.echo(f"  {got.currency}/MWh: min {min(values):.2f}, mean {sum(values) / len(values):.2f}, max {max(values):.2f}"
                + (f"; {sum(v < 0 for v in values)} below zero" if min(values) < 0 else ""))

@@ -50,7 +50,7 @@ def _human(s: dict[str, Any], trace: str) -> str:
                      f"{figure(st['energy_j'], e_scale):>10} {st['deadline_misses']:>6}"
                      + (f" {st['cost']:>10.2f}" if price else ""))
     if price:
-        lines += _price_lines(price)
+        lines += _price_lines(price, (s.get("prices_cover") or {}).get("nights_without_prices", 0))
     mode, timing = s["shares"]["mode"], s["shares"]["timing"]
     if s["shares"].get("why_no_shares"):
         lines.append(f"  no shares: {s['shares']['why_no_shares']}")
@@ -86,12 +86,18 @@ def _human(s: dict[str, Any], trace: str) -> str:
     return "\n".join(lines)
 
 
-def _price_lines(price: dict[str, Any]) -> list[str]:
+def _price_lines(price: dict[str, Any], unpriced: int) -> list[str]:
     """The objective, gridshift against the least-cost optimum, and what a tonne avoided costs between the optima."""
     gap = price["gridshift_cost_over_cost_optimum"]
     out = [f"  objective: {price['objective']}; cost at {price['prices_label']}"]
+    if price.get("trace_stats"):
+        t, cur = price["trace_stats"], price["currency"]
+        out.append(f"  prices: {t['hours']} intervals, mean {t['mean']:.2f} {cur}/MWh (min {t['min']:.2f}, max "
+                   f"{t['max']:.2f}; {t['below_zero']} below zero); {price.get('published', '')}")
+    if unpriced:
+        out.append(f"  {unpriced} night(s) of the carbon trace fall outside the prices and are not simulated")
     if gap is not None:
-        out.append(f"  gridshift's cost is {gap:+.1%} against the least-cost optimum")
+        out.append(f"  gridshift's cost is {gap:+.2%} against the least-cost optimum")
     out.append(f"  trade-off: {price['tradeoff']['sentence']}")
     return out
 
@@ -269,12 +275,19 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         summary["forecast_coverage"] = coverage
     if skill is not None:
         summary["forecast_skill"] = skill
+    if summary["jobs"] == 0 and prices is not None and summary.get("prices_cover", {}).get("nights_without_prices"):
+        raise fail(f"{price_trace}: no night's window has prices all through (the prices cover "
+                   f"{prices.start:%Y-%m-%d} to {prices.end:%Y-%m-%d}); nothing to simulate", EXIT_INPUT)
+    if summary["jobs"] == 0:
+        raise fail(f"{trace}: the trace is shorter than one job window; nothing to simulate", EXIT_INPUT)
     if prices is not None:
         summary["price"]["trace"] = str(price_trace)
         summary["price"]["published"] = _market_of(pol, price_market).describe()
+        values = prices.values()  # said beside the figures: a file in ct/kWh would be 10x off, and would show here
+        summary["price"]["trace_stats"] = {"hours": len(values), "mean": sum(values) / len(values), "min": min(values),
+                                           "max": max(values), "below_zero": sum(v < 0 for v in values),
+                                           "start": prices.start.isoformat(), "end": prices.end.isoformat()}
     summary["runtime_s"] = time.perf_counter() - t_begin
-    if summary["jobs"] == 0:
-        raise fail(f"{trace}: the trace is shorter than one job window; nothing to simulate", EXIT_INPUT)
     if plot is not None:
         from simulation.sim_plot import PlotUnavailable, plot_simulation
 

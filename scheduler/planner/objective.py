@@ -31,8 +31,8 @@ import numpy as np
 from carbon.prices.series import PriceSeries
 from scheduler.planner.grid import GridSignal
 
-__all__ = ["ObjectiveUnits", "PriceSignal", "objective_weights", "price_signal", "price_tail", "time_value_per_h",
-           "units_of"]
+__all__ = ["ObjectiveUnits", "PriceSignal", "objective_weights", "price_grid", "price_signal", "price_tail",
+           "time_value_per_h", "units_of"]
 
 _G_PER_TONNE = 1e6
 _KWH_PER_MWH = 1000.0
@@ -110,12 +110,19 @@ def price_signal(series: PriceSeries, now: datetime) -> PriceSignal | None:
     known = series.known_at(now)
     if not known:
         return None
-    pts = known.points
+    step, idx = price_grid(known)
+    values = np.array(known.values())[idx]
+    origin = known.start
+    return PriceSignal(values, step, 0.0, origin, published_end=origin + timedelta(seconds=len(idx) * step),
+                       tail_per_mwh=price_tail(values, step), currency=known.currency)
+
+
+def price_grid(series: PriceSeries) -> tuple[float, np.ndarray]:
+    """A non-empty series on a regular grid from its first start: the step (its shortest interval, seconds) and,
+    per grid cell, the index of the point in force (a gap or a longer interval holds its price)."""
+    pts = series.points
     step = min(p.duration for p in pts).total_seconds()
     origin = pts[0].start
-    n = int(math.ceil((known.end - origin).total_seconds() / step - 1e-9))
+    n = int(math.ceil((series.end - origin).total_seconds() / step - 1e-9))
     starts = np.array([(p.start - origin).total_seconds() for p in pts])
-    idx = np.clip(np.searchsorted(starts, np.arange(n) * step, side="right") - 1, 0, len(pts) - 1)
-    values = np.array([p.per_mwh for p in pts])[idx]
-    return PriceSignal(values, step, 0.0, origin, published_end=origin + timedelta(seconds=n * step),
-                       tail_per_mwh=price_tail(values, step), currency=known.currency)
+    return step, np.clip(np.searchsorted(starts, np.arange(n) * step, side="right") - 1, 0, len(pts) - 1)
