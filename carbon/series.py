@@ -10,9 +10,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Iterator, Literal
+from typing import Generic, Iterable, Iterator, Literal, Protocol, TypeVar
 
-__all__ = ["IntensityKind", "IntensityPoint", "IntensitySeries", "as_utc"]
+__all__ = ["IntensityKind", "IntensityPoint", "IntensitySeries", "TimeOrdered", "as_utc"]
 
 IntensityKind = Literal["average", "marginal"]
 
@@ -72,8 +72,50 @@ class IntensityPoint:
         )
 
 
+class _Span(Protocol):
+    @property
+    def start(self) -> datetime: ...
+
+    @property
+    def end(self) -> datetime: ...
+
+
+P = TypeVar("P", bound=_Span)
+
+
+class TimeOrdered(Generic[P]):
+    """The sequence side of a series of points sorted by start, without overlaps (``points``, and ``_starts``
+    for bisecting): shared by the intensity and the price series."""
+
+    points: tuple[P, ...]
+    _starts: tuple[datetime, ...]
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def __iter__(self) -> Iterator[P]:
+        return iter(self.points)
+
+    def __bool__(self) -> bool:
+        return bool(self.points)
+
+    @property
+    def start(self) -> datetime:
+        return self.points[0].start
+
+    @property
+    def end(self) -> datetime:
+        return self.points[-1].end
+
+    def _overlapping(self, start: datetime, end: datetime) -> list[P]:
+        """Points that overlap ``[start, end)``."""
+        lo = max(bisect.bisect_right(self._starts, start) - 1, 0)
+        hi = bisect.bisect_left(self._starts, end)
+        return [p for p in self.points[lo:hi] if p.end > start]
+
+
 @dataclass(frozen=True)
-class IntensitySeries:
+class IntensitySeries(TimeOrdered[IntensityPoint]):
     """Ordered, non-overlapping intensity points for one zone.
 
     Gaps are allowed (real traces have them); ``at()`` answers with the point covering a moment,
@@ -103,23 +145,6 @@ class IntensitySeries:
     def of(cls, points: Iterable[IntensityPoint], zone: str = "") -> "IntensitySeries":
         return cls(points=tuple(points), zone=zone)
 
-    def __len__(self) -> int:
-        return len(self.points)
-
-    def __iter__(self) -> Iterator[IntensityPoint]:
-        return iter(self.points)
-
-    def __bool__(self) -> bool:
-        return bool(self.points)
-
-    @property
-    def start(self) -> datetime:
-        return self.points[0].start
-
-    @property
-    def end(self) -> datetime:
-        return self.points[-1].end
-
     @property
     def kind(self) -> IntensityKind:
         return self.points[0].kind if self.points else "average"
@@ -136,10 +161,7 @@ class IntensitySeries:
 
     def window(self, start: datetime, end: datetime) -> "IntensitySeries":
         """Points that overlap ``[start, end)``."""
-        lo = max(bisect.bisect_right(self._starts, start) - 1, 0)
-        hi = bisect.bisect_left(self._starts, end)
-        pts = [p for p in self.points[lo:hi] if p.end > start]
-        return IntensitySeries(points=tuple(pts), zone=self.zone)
+        return IntensitySeries(points=tuple(self._overlapping(start, end)), zone=self.zone)
 
     def mean_over(self, start: datetime, end: datetime) -> float | None:
         """Time-weighted mean intensity over ``[start, end)``; gaps carry the last value forward."""

@@ -26,12 +26,13 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Callable
 
 from carbon.errors import BadTrace
 from carbon.series import IntensityKind, IntensityPoint, IntensitySeries, as_utc
 
-__all__ = ["MAX_GAP", "MAX_PLAUSIBLE_G_PER_KWH", "TraceCheck", "TraceColumns", "parse_trace_text", "read_trace",
-           "series_gaps"]
+__all__ = ["MAX_GAP", "MAX_PLAUSIBLE_G_PER_KWH", "TraceCheck", "TraceColumns", "parse_trace_text", "parse_value_rows",
+           "read_text_or_refuse", "read_trace", "series_gaps"]
 
 #: no grid's intensity comes near this (lignite, the dirtiest fuel, is about 1,100 g/kWh over its life
 #: cycle): a larger value is a unit or export error, and it would overflow the integrals
@@ -107,9 +108,10 @@ def _is_number(text: str) -> bool:
         return False
 
 
-def _choose_columns(header: list[str], first_row: list[str], column: str | None, where: str) -> TraceColumns:
+def _choose_columns(header: list[str], first_row: list[str], column: str | None, where: str,
+                    what: str = "intensity") -> TraceColumns:
     if not header or len(header) < 2:
-        raise BadTrace(f"{where}:1: a trace needs a header with a timestamp column and an intensity column")
+        raise BadTrace(f"{where}:1: a trace needs a header with a timestamp column and an {what} column")
     if _parse_time(first_row[0]) is not None:
         time_col = header[0]
     else:
@@ -125,7 +127,7 @@ def _choose_columns(header: list[str], first_row: list[str], column: str | None,
     if len(numeric) == 1:
         return TraceColumns(time_col, numeric[0])
     if not numeric:
-        raise BadTrace(f"{where}:2: no numeric intensity column found")
+        raise BadTrace(f"{where}:2: no numeric {what} column found")
     raise BadTrace(f"{where}:1: several numeric columns ({', '.join(numeric)}); choose one with --column / column:")
 
 
@@ -140,6 +142,26 @@ def parse_trace_text(
     check: TraceCheck | None = None,
 ) -> IntensitySeries:
     """Parse trace CSV text into a series; errors name ``where:line``, warnings and gaps go to ``check``."""
+
+    def intensity(raw: str, value: float, line: int) -> None:
+        if value < 0:
+            raise BadTrace(f"{where}:{line}: intensity {raw!r} must be a non-negative number")
+        if value > MAX_PLAUSIBLE_G_PER_KWH:
+            raise BadTrace(f"{where}:{line}: intensity {raw} g/kWh is implausible (no grid comes near "
+                           f"{MAX_PLAUSIBLE_G_PER_KWH:.0f} g/kWh): a unit or export error?")
+
+    rows = parse_value_rows(text, column=column, where=where, check=check, what="intensity", value_check=intensity)
+    return IntensitySeries.of([IntensityPoint(start=t, duration=d, g_per_kwh=v, kind=kind, source=source)
+                               for t, d, v in rows], zone=zone)
+
+
+def parse_value_rows(text: str, *, column: str | None, where: str, check: TraceCheck | None, what: str,
+                     value_check: Callable[[str, float, int], None]) -> list[tuple[datetime, timedelta, float]]:
+    """A time-value CSV (the trace format) as ``(start, duration, value)`` rows in time order.
+
+    ``value_check(raw, value, line)`` refuses a value with a ``BadTrace`` (an intensity must not be
+    negative; a price may be); ``what`` names the value in errors. Gaps and warnings go to ``check``.
+    """
     check = check if check is not None else TraceCheck(where)
     check.where = where
     reader = csv.reader(io.StringIO(text))
@@ -150,7 +172,7 @@ def parse_trace_text(
     body = [(i + 2, r) for i, r in enumerate(rows[1:]) if any(c.strip() for c in r)]
     if not body:
         raise BadTrace(f"{where}:2: trace has a header but no rows")
-    cols = _choose_columns(header, body[0][1], column, where)
+    cols = _choose_columns(header, body[0][1], column, where, what)
     ti, vi = header.index(cols.time), header.index(cols.value)
     unique: dict[datetime, tuple[float, int]] = {}  # time -> (value, line); later rows correct earlier ones
     first_offset: tuple[timedelta | None, int] | None = None
@@ -178,12 +200,10 @@ def parse_trace_text(
         try:
             value = float(raw)
         except ValueError:
-            raise BadTrace(f"{where}:{line}: intensity {raw!r} is not a number") from None
-        if not math.isfinite(value) or value < 0:
-            raise BadTrace(f"{where}:{line}: intensity {raw!r} must be a non-negative number")
-        if value > MAX_PLAUSIBLE_G_PER_KWH:
-            raise BadTrace(f"{where}:{line}: intensity {raw} g/kWh is implausible (no grid comes near "
-                           f"{MAX_PLAUSIBLE_G_PER_KWH:.0f} g/kWh): a unit or export error?")
+            raise BadTrace(f"{where}:{line}: {what} {raw!r} is not a number") from None
+        if not math.isfinite(value):
+            raise BadTrace(f"{where}:{line}: {what} {raw!r} must be a finite number")
+        value_check(raw, value, line)
         if t in unique:
             check.warn("given twice", f"{where}:{line}: {t:%Y-%m-%d %H:%M} UTC again (first at line {unique[t][1]}); "
                                       "the later value is kept")
@@ -193,25 +213,35 @@ def parse_trace_text(
     times = sorted(unique)
     steps = [(b - a) for a, b in zip(times, times[1:])]
     typical = statistics.median(steps) if steps else timedelta(hours=1)
-    points = []
+    out = []
     for i, t in enumerate(times):
         step = steps[i] if i < len(steps) else typical
         if step - typical > MAX_GAP:
             check.gaps.append((t + typical, t + step))
             step = typical
-        points.append(IntensityPoint(start=t, duration=step, g_per_kwh=unique[t][0], kind=kind, source=source))
+        out.append((t, step, unique[t][0]))
     if check.gaps:
         longest = max(b - a for a, b in check.gaps)
         check.warn("gaps", f"{where}: {len(check.gaps)} gap(s) of more than {MAX_GAP.total_seconds() / 3600:g} h with no "
                            f"data, the longest {longest.total_seconds() / 3600:.1f} h from "
                            f"{max(check.gaps, key=lambda g: g[1] - g[0])[0]:%Y-%m-%d %H:%M} UTC")
-    return IntensitySeries.of(points, zone=zone)
+    return out
 
 
 def series_gaps(series: IntensitySeries, *, max_gap: timedelta = MAX_GAP) -> list[tuple[datetime, datetime]]:
     """Where a series has no data for longer than ``max_gap``: (its data ends, it starts again)."""
     pts = series.points
     return [(a.end, b.start) for a, b in zip(pts, pts[1:]) if b.start - a.end > max_gap]
+
+
+def read_text_or_refuse(path: Path, what: str) -> str:
+    """A data file's text (a BOM dropped); a missing or unreadable file is :class:`BadTrace` at ``path:0``."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise BadTrace(f"{path}:0: {what} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadTrace(f"{path}:0: cannot read {what}: {exc}") from None
 
 
 def read_trace(
@@ -224,11 +254,6 @@ def read_trace(
 ) -> IntensitySeries:
     """Read a trace CSV file (see module docstring); ``check`` collects its warnings and gaps."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise BadTrace(f"{p}:0: trace file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadTrace(f"{p}:0: cannot read trace: {exc}") from None
+    text = read_text_or_refuse(p, "trace file")
     return parse_trace_text(text, column=column, where=str(p), kind=kind, source=f"trace:{p.name}", zone=zone,
                             check=check)

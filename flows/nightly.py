@@ -206,7 +206,7 @@ def _booked_from(flow_run_id: str, placement: dict[str, Any], acquired: datetime
 
 def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str | None) -> dict[str, Any]:
     """Plan the occurrence this run fired for; defer it as a Scheduled flow run when the start is far."""
-    from flows.sources import forecast_choice, monitor_for, signal_reading
+    from flows.sources import forecast_choice, monitor_for, price_reader_for, read_price_signal, signal_reading
     from scheduler.loop.loop import pick_signal
     from scheduler.planner.inputs import occurrence_for, plan_start, policy_figures, run_key
     from scheduler.policy.loader import load_policy
@@ -224,8 +224,16 @@ def _plan_and_defer(policy_path: str, *, ledger_path: str | None, workdir: str |
     finally:
         monitor.close()
     signal = pick_signal(signal_reading(reading), choice, now)
+    price, prices = None, price_reader_for(policy.price)
+    if prices is not None:  # the published day-ahead prices: a priced objective plans its start on them
+        try:
+            price = read_price_signal(prices, now)[0]
+        except Exception as exc:  # the plan then says it planned on carbon alone
+            logger.warning("prices unavailable: %s", exc)
+        finally:
+            prices.close()
     decision = plan_start(policy, signal, nominal=nominal, now=now, figures=figures,
-                          static=choice.reason if choice.static else None)
+                          static=choice.reason if choice.static else None, price=price)
     logger.info("plan for %s: start %s UTC — %s", nominal.isoformat(), f"{decision.start_at:%Y-%m-%d %H:%M}",
                 decision.reason)
     name = _deployment_name()

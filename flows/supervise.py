@@ -5,7 +5,8 @@ Plain Python (no Prefect), so the loop is testable with an injected clock. The f
 re-plans, paces and pauses, is :func:`scheduler.loop.loop.run_loop` (the simulator runs the same
 one on a trace); this module is its :class:`scheduler.loop.loop.RunDriver` for a real job:
 
-1. the signal is the carbon monitor's reading (a failed read keeps the last one);
+1. the signal is the carbon monitor's reading, with the prices published by then when the policy has a
+   price source (a failed read keeps the last one);
 2. the decider (:mod:`scheduler.planner.deciders`) answers "which mode now, and until when?" as a
    :class:`scheduler.planner.RunPlan`, for the planner and threshold rules alike, on the forecast the
    do-no-harm gate chose (``choice``);
@@ -20,7 +21,8 @@ one on a trace); this module is its :class:`scheduler.loop.loop.RunDriver` for a
    worker waits through the pause.
 
 A planner's plans are reported (the first plan, the work windows, the replans); a threshold
-decision predicts nothing and only its reasons are.
+decision predicts nothing and only its reasons are. With a price source the report says what the
+run's energy cost at the prices of its hours (``extra.cost``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 from backends.base import Backend
 from backends.types import Capabilities
 from carbon.monitor import CarbonMonitor, Reading
+from carbon.prices import PriceReader
 from flows.job.process import JobHandle
 from flows.job.mode_file import ModeFileChannel
 from flows.mode_spans import ModeSpans
@@ -41,7 +44,7 @@ from flows.job.progress import progress_file_reader
 from plans.profile_store import PowerProfile
 from scheduler.loop.gate import ForecastChoice
 from scheduler.loop.loop import STOPPED_EXIT_CODES, SignalReading, run_loop
-from flows.sources import signal_reading
+from flows.sources import price_reader_for, read_price_signal, run_cost, signal_reading
 from scheduler.settings.clock_plans import ModePlan
 from scheduler.planner.deciders import make_decider
 from scheduler.planner.thresholds import Decision
@@ -115,6 +118,7 @@ def run_job(
     defer_pauses_over_s: float | None = None,
     mode_file: ModeFileChannel | None = None,
     choice: ForecastChoice = ForecastChoice(),
+    prices: PriceReader | None = None,
 ) -> SupervisedRun:
     """Run one job to its end (or, see ``defer_pauses_over_s``, to a long planned pause).
 
@@ -134,12 +138,15 @@ def run_job(
     mode change (default: the spec's batch sizes, no files); each span says who applied each setting
     and whether it was confirmed (:mod:`flows.job.span_settings`). ``choice``: the forecast the
     planner plans on (:func:`scheduler.loop.gate.choose_forecast`; default: the monitor's own).
+    ``prices``: the price chain (default: the spec's price source, read and closed here).
     """
     run = out if out is not None else SupervisedRun()
     channel = mode_file if mode_file is not None else ModeFileChannel(
         None, spec.batch_sizes(None), {m: p.path for m, p in (clock_plans or {}).items()})
     spans_before, windows_before = len(run.spans), len(run.windows)
     pausable = spec.job.checkpointable if pausable is None else pausable
+    own_prices = prices is None
+    prices = price_reader_for(spec.price) if prices is None else prices
     try:
         if first_reading.source not in run.sources:
             run.sources.append(first_reading.source)
@@ -157,7 +164,7 @@ def run_job(
             log(f"forecast: {choice.reason}")
         driver = _JobDriver(spec, modes, monitor=monitor, start_job=start_job, now=now, log=log, sleep=sleep,
                             progress=progress, figures=figures or (), deadline=deadline, planned=decider.planned,
-                            first_read=not run.windows)
+                            first_read=not run.windows, prices=prices)
         outcome = run_loop(decider, driver, interval_s=spec.interval_s, pausable=pausable,
                            defer_pauses_over_s=defer_pauses_over_s, choice=choice, windows_before=len(run.windows),
                            clean_mode=spec.clean_mode)
@@ -179,6 +186,12 @@ def run_job(
             run.extra["job_result"] = result.model_dump(mode="json", exclude_none=True)
         if warning:
             run.warnings.append(warning)
+        if prices is not None:
+            cost = run_cost(run.spans, prices, now(), currency=spec.objective.currency, measured=backend.measured)
+            if cost is not None:
+                run.extra["cost"] = cost
+            if own_prices:
+                prices.close()
 
 
 def supervise(*, policy: Policy, **kwargs: Any) -> SupervisedRun:
@@ -192,8 +205,10 @@ class _JobDriver:
     def __init__(self, spec: RunSpec, modes: ModeSpans, *, monitor: CarbonMonitor,
                  start_job: Callable[[dict[str, str]], JobHandle], now: Callable[[], datetime], log: Callable[[str], None],
                  sleep: Callable[[float], None], progress: Callable[[], float | None] | None,
-                 figures: Sequence[ModeFigures], deadline: datetime | None, planned: bool, first_read: bool) -> None:
+                 figures: Sequence[ModeFigures], deadline: datetime | None, planned: bool, first_read: bool,
+                 prices: PriceReader | None = None) -> None:
         self.spec, self.modes, self.run, self.monitor = spec, modes, modes.run, monitor
+        self.prices, self._price, self._prices_down = prices, None, False
         self._start_job, self.now, self.log, self.sleep, self._progress = start_job, now, log, sleep, progress
         self.figures, self.deadline, self.planned = {f.name: f for f in figures}, deadline, planned
         self._unread = first_read  # the flow read the signal just before the first decision: use that reading
@@ -205,7 +220,7 @@ class _JobDriver:
     def read(self, t: datetime) -> SignalReading | None:
         if self._unread:
             self._unread = False
-            return signal_reading(self.modes.reading)
+            return replace(signal_reading(self.modes.reading), price=self._read_prices(t))
         try:
             self.modes.reading = self.monitor.read(t)
         except Exception as exc:
@@ -216,7 +231,24 @@ class _JobDriver:
             return None
         if self.modes.reading.source not in self.run.sources:
             self.run.sources.append(self.modes.reading.source)
-        return signal_reading(self.modes.reading)
+        return replace(signal_reading(self.modes.reading), price=self._read_prices(t))
+
+    def _read_prices(self, t: datetime) -> Any:
+        """The prices published by ``t`` (a failed read keeps the last ones read, and says so once per outage)."""
+        if self.prices is None:
+            return None
+        try:
+            self._price, _, failures = read_price_signal(self.prices, t)
+        except Exception as exc:  # CarbonError, or a source that cannot be built: prices must not fail the run
+            if not self._prices_down:
+                self.run.warnings.append(f"{t:%H:%M:%S}: prices unavailable ({exc}); deciding on the last prices read")
+            self._prices_down = True
+            return self._price
+        self._prices_down = False
+        for failure in failures:
+            if f"price: {failure}" not in self.run.warnings:
+                self.run.warnings.append(f"price: {failure}")
+        return self._price
 
     def start(self, mode: str, reason: str, *, resuming: bool) -> None:
         env = self.modes.job_env(mode)

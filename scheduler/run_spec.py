@@ -12,6 +12,7 @@ here, in one place, the way black resolves its options into one ``Mode``.
              │            :meth:`RunSpec.mode_figures`, each with its source)
              ├─ decider:  rules (planner or thresholds), objective, the planner's constraints
              ├─ carbon:   the source chain (the site's grid when a site is named)
+             ├─ price:    the price source chain, if any (runs report their cost; a priced objective plans on it)
              └─ backend:  name, options, require_control
 """
 
@@ -24,11 +25,12 @@ from typing import Any, Mapping
 
 from scheduler.settings.auto_power import job_fingerprint
 from scheduler.planner import ModeFigures, Objective, PlanConstraints
-from scheduler.policy.types import AbsoluteRule, BatchSizeSearch, CarbonConfig, Mode, PlanRule, Policy, RelativeRule
+from scheduler.policy.types import (AbsoluteRule, BatchSizeSearch, CarbonConfig, Mode, PlanRule, Policy, PriceConfig,
+                                    RelativeRule)
 from scheduler.policy.checks import job_cwd
 from scheduler.policy.sites import policy_at_site
 
-__all__ = ["JobRun", "RunSpec", "resolve_run", "rule_constraints"]
+__all__ = ["JobRun", "RunSpec", "objective_of", "price_currency", "resolve_run", "rule_constraints"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class RunSpec:
     backend_name: str
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     require_control: bool = False
+    price: PriceConfig | None = None  # the price source chain (None: no prices, no cost reported)
 
     planned: bool = True            # the planner (``rules.kind: plan``); False: threshold rules
     clean_mode: str = "speed"       # the reference mode: work is counted in its seconds
@@ -119,6 +122,29 @@ def rule_constraints(rules: PlanRule | AbsoluteRule | RelativeRule, *, reports_p
                            min_gain=rules.min_gain, pace_tolerance=tolerance, replan_s=rules.interval_s)
 
 
+def price_currency(price: PriceConfig | None) -> str:
+    """The currency of a price source's prices: its ``currency`` option, else its market's (SDAC: EUR, ERCOT:
+    USD), else the source's own (the web sources publish EUR)."""
+    if price is None:
+        return ""
+    from carbon.prices.day_ahead import market_for
+    from carbon.prices.registry import PRICE_SOURCES, price_source_class
+
+    given = price.options.get("currency")
+    if isinstance(given, str) and given:
+        return given
+    market = market_for(str(price.options.get("market") or price.zone or ""))
+    if market is not None:
+        return market.currency
+    return price_source_class(price.provider).currency if price.provider in PRICE_SOURCES else ""
+
+
+def objective_of(policy: Policy) -> Objective:
+    """The planner's objective of a policy: grams (and a value of time), or cost + carbon priced in the prices' currency."""
+    return Objective(time_value_g_per_h=policy.objective.time_value_g_per_h, carbon_price=policy.objective.carbon_price,
+                     currency=price_currency(policy.price))
+
+
 def resolve_run(policy: Policy, *, policy_path: str | Path | None = None, site: str | None = None,
                 command: list[str] | tuple[str, ...] | None = None, backend_name: str | None = None) -> RunSpec:
     """The run specification of ``policy`` (pure: no file is read, no device is opened).
@@ -148,7 +174,7 @@ def resolve_run(policy: Policy, *, policy_path: str | Path | None = None, site: 
     rules = policy.rules
     return RunSpec(policy_path=str(policy_path) if policy_path is not None else None, site=site, job=run,
                    modes=dict(policy.modes), rules=policy.rules,
-                   objective=Objective(time_value_g_per_h=policy.objective.time_value_g_per_h),
+                   objective=objective_of(policy), price=policy.price,
                    carbon=policy.carbon, backend_name=backend_name or policy.backend.name,
                    backend_options=dict(policy.backend.options), require_control=policy.backend.require_control,
                    planned=isinstance(rules, PlanRule), clean_mode=rules.clean_mode, interval_s=rules.interval_s,

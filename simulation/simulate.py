@@ -18,6 +18,13 @@ For every cron occurrence whose whole window lies inside the trace, each strateg
 - **oracle**: the exact optimum with perfect foresight, no margin and no dwell, on the finest grid
   the other strategies use, so it bounds every one of them from below.
 
+With prices (``simulate --price-trace``) every strategy is also costed at the true prices, the
+objective may price carbon (``objective.carbon_price``: cost + carbon_price x tonnes, and then
+gridshift's plans read the day-ahead prices as the market published them, never earlier), the oracle
+is the exact optimum of that objective, and two more exact optima stand beside it: **oracle_carbon**
+(least carbon) and **oracle_cost** (least cost), the ends of the trade-off. Only nights whose whole
+window has prices are simulated.
+
 Carbon is integrated exactly over the real (piecewise-constant) trace. Power and speed per mode are
 :class:`scheduler.planner.ModeFigures` (a measured profile, or a model: each says which), so energy
 and carbon here are **modelled**; the intensities are real. Time is never read from the clock.
@@ -35,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from carbon.prices.series import PriceSeries
 from carbon.series import IntensitySeries
 from carbon.trace_file import MAX_GAP, series_gaps
 from scheduler.policy.cron import cron_occurrences
@@ -45,6 +53,7 @@ from scheduler.policy.types import PlanRule, Policy
 from scheduler.loop.gate import ForecastChoice, NightPlanner
 from simulation.sim_forecast import GridForecaster, forecast_candidates
 from simulation.sim_gate import NightRecords
+from simulation.sim_price import SimPrices
 from simulation.summary import summarise
 from simulation.strategies import (JobOutcome, TruthGrid, as_threshold_policy, best_static, gridshift_run, oracle_run,
                                    pace_modes, static_run, threshold_run)
@@ -53,6 +62,8 @@ __all__ = ["STRATEGIES", "JobOutcome", "SimulationResult", "nominal_starts", "si
 
 _MIN_JOBS_PER_WORKER = 16  # below this a worker costs more to start than it saves
 STRATEGIES = ("baseline", "static_efficiency", "best_static", "threshold", "gridshift", "oracle")
+#: with prices: the two single-objective optima, beside the objective's own (oracle)
+OPTIMA = ("oracle_carbon", "oracle_cost")
 
 
 @dataclass
@@ -67,6 +78,7 @@ class SimulationResult:
     forecast: str
     clean_mode: str
     extra: dict[str, Any] = field(default_factory=dict)
+    objective: Objective = Objective()
 
     @property
     def baseline(self) -> list[JobOutcome]:
@@ -103,7 +115,7 @@ def resample(series: IntensitySeries, step_s: float | None = None) -> tuple[date
 
 
 def _cost(j: JobOutcome, objective: Objective) -> float:
-    return j.carbon_g + objective.time_value_g_per_h * (j.end_s - j.start_s) / 3600.0
+    return j.value(objective.carbon_price) + objective.time_value_per_h * (j.end_s - j.start_s) / 3600.0
 
 
 def _gcd_s(*xs: float) -> float:
@@ -133,6 +145,7 @@ class _JobContext:
     records: NightRecords  # the do-no-harm gate's record of every forecast, night by night
     nominals: dict[float, int]  # night index by cron time (trace seconds)
     pace_error: float = 0.0
+    prices: SimPrices | None = None
 
 
 def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
@@ -149,23 +162,36 @@ def _simulate_job(ctx: _JobContext, ns: float) -> dict[str, JobOutcome]:
     earliest = ns + job.earliest_start_s
     work = job.expected_duration_s
     clean = [m.name for m in modes].index(ctx.policy.rules.clean_mode)
-    out: dict[str, JobOutcome] = {"baseline": static_run(truth, true, clean, ns, work, ns, dl)}
+    prices, cp = ctx.prices, ctx.objective.carbon_price
+    out: dict[str, JobOutcome] = {"baseline": static_run(truth, true, clean, ns, work, ns, dl, prices)}
     if "static_efficiency" in ctx.wanted:  # (always: the summary's two shares need it)
         fits = [k for k, m in enumerate(modes) if ns + work / m.speed <= dl + 1e-6] or [clean]
         frugal = min(fits, key=lambda k: modes[k].joules_per_work_s)
-        out["static_efficiency"] = static_run(truth, true, frugal, ns, work, ns, dl)
-    best = best_static(truth, true, earliest, dl, work, ctx.grid_s, ns)
+        out["static_efficiency"] = static_run(truth, true, frugal, ns, work, ns, dl, prices)
+    best = best_static(truth, true, earliest, dl, work, ctx.grid_s, ns, prices, cp)
     if "best_static" in ctx.wanted:
         out["best_static"] = best
     if "threshold" in ctx.wanted:
         out["threshold"] = threshold_run(ctx.threshold_spec, truth, ctx.t0, modes, ctx.forecaster, nominal_s=ns,
-                                         min_gain=ctx.min_gain, pace_error=ctx.pace_error)
+                                         min_gain=ctx.min_gain, pace_error=ctx.pace_error, prices=prices)
     out["gridshift"] = _gridshift(ctx, ns)
-    # the DP's work quantum may cost it up to max_rounding against a schedule counted exactly; the
-    # best single-mode schedule is in its search space, so the oracle is the better of the two
-    dp = oracle_run(ctx.policy, truth, ctx.t0, true, nominal_s=ns, grid_s=ctx.grid_s, objective=ctx.objective)
-    out["oracle"] = dp if _cost(dp, ctx.objective) <= _cost(best, ctx.objective) else best
+    out["oracle"] = _optimum(ctx, ns, ctx.objective, best)
+    if prices is not None:  # the ends of the trade-off: least carbon, least cost (the oracle when it is one)
+        for name, single in (("oracle_carbon", Objective()), ("oracle_cost", Objective(carbon_price=0.0))):
+            same = ctx.objective.time_value_g_per_h == 0 and cp == single.carbon_price
+            out[name] = out["oracle"] if same else _optimum(
+                ctx, ns, single, best_static(truth, true, earliest, dl, work, ctx.grid_s, ns, prices, single.carbon_price))
     return out
+
+
+def _optimum(ctx: _JobContext, ns: float, objective: Objective, best: JobOutcome) -> JobOutcome:
+    """The exact optimum of ``objective`` on the night at ``ns``. The DP's work quantum may cost it up to
+    max_rounding against a schedule counted exactly; the best single-mode schedule ``best`` is in its
+    search space, so the optimum is the better of the two."""
+    true = pace_modes(ctx.modes, ctx.pace_error)
+    dp = oracle_run(ctx.policy, ctx.truth, ctx.t0, true, nominal_s=ns, grid_s=ctx.grid_s, objective=objective,
+                    prices=ctx.prices)
+    return dp if _cost(dp, objective) <= _cost(best, objective) else best
 
 
 def _gridshift(ctx: _JobContext, ns: float) -> JobOutcome:
@@ -179,13 +205,13 @@ def _gridshift(ctx: _JobContext, ns: float) -> JobOutcome:
         choice = ForecastChoice(next(iter(records.candidates)), "rules.forecast_gate is off")
     earliest = ns + job.earliest_start_s
     reference = max(ns, earliest)
-    if choice.label is None:  # the static plan: the cron start, modes on a flat signal (no forecast read)
-        start, read = reference, records.observed_reader()
+    if choice.label is None:  # the static plan: the cron start (priced: the prices' start), modes on a flat signal
+        start, read = (records.static_start(k) if records.prices is not None else reference), records.observed_reader()
     else:
         start = max((records.start_plan(choice.label, k).start - ctx.t0).total_seconds(), earliest)
         read = records.reader(choice.label, k)
     outcome = gridshift_run(ctx.spec, ctx.truth, ctx.modes, read, nominal_s=ns, start_s=start, choice=choice,
-                            pace_error=ctx.pace_error)
+                            pace_error=ctx.pace_error, prices=ctx.prices)
     return replace(outcome, planned_on=choice.label or "")
 
 
@@ -270,6 +296,7 @@ def simulate(
     workers: int | None = None,
     pace_error: float = 0.0,
     progress: Callable[[int, int], None] | None = None,
+    prices: PriceSeries | None = None,
 ) -> SimulationResult:
     """Replay ``policy``'s recurring job over ``trace`` (see the module docstring).
 
@@ -277,7 +304,9 @@ def simulate(
     The result does not depend on it: every forecaster answers from the trace and the decision time alone.
     ``pace_error``: every strategy's job runs this much slower (relative) than its figures in every
     mode (a check of the deadline margin that keeps the shares comparable: see :func:`_simulate_job`).
-    ``progress(done, total)`` hears of finished jobs (a terminal's progress line).
+    ``progress(done, total)`` hears of finished jobs (a terminal's progress line). ``prices``: a price
+    trace, each price stamped with its publication time (:func:`carbon.prices.trace.read_price_trace`);
+    every strategy is costed on it, and a priced objective plans on it as it was published.
     """
     job = policy.job
     if job.cron is None:
@@ -301,6 +330,14 @@ def simulate(
                               deadline_s=job.deadline_s)
     gaps = series_gaps(trace)
     nominals, skipped = _outside_gaps(nominals, gaps, earliest_s=job.earliest_start_s, deadline_s=job.deadline_s)
+    sim_prices = SimPrices(prices, t0) if prices is not None else None
+    every_night, unpriced = nominals, 0
+    if sim_prices is not None:  # only nights the prices cover, from the earliest start to the deadline
+        kept = [n for n in nominals if sim_prices.covers((n - t0).total_seconds() + job.earliest_start_s,
+                                                         (n - t0).total_seconds() + job.deadline_s)]
+        nominals, unpriced = kept, len(nominals) - len(kept)
+    if policy.objective.carbon_price is not None and sim_prices is None:
+        raise PolicyError("objective.carbon_price: the simulation needs the prices (--price-trace FILE)")
     rule = policy.rules
     # a threshold policy is planned with its own dwell and interval, on slots of the trace's resolution
     plan_rule = rule if isinstance(rule, PlanRule) else PlanRule(clean_mode=rule.clean_mode, dirty_mode=rule.dirty_mode,
@@ -308,17 +345,24 @@ def simulate(
                                                                  slot_s=step)
     # the run specification the flow resolves: the product's constraints and objective (the same rounding bound too)
     spec = resolve_run(policy.model_copy(update={"rules": plan_rule}))
+    if sim_prices is not None and sim_prices.currency:  # the objective's currency is the prices'
+        spec = replace(spec, objective=replace(spec.objective, currency=sim_prices.currency))
     constraints, objective = spec.constraints, spec.objective
     assert constraints is not None
     grid_s = _gcd_s(step, plan_rule.slot_s, plan_rule.interval_s, threshold_policy.rules.interval_s)
     offsets = [(n - t0).total_seconds() for n in nominals]
-    records = NightRecords(NightPlanner(spec, modes), truth, forecast_candidates(forecaster), offsets,
-                           earliest_s=job.earliest_start_s, deadline_s=job.deadline_s, slot_s=constraints.slot_s)
+    # the gate's record is of carbon forecasts: on a carbon objective it holds the nights the prices miss too,
+    # so adding a price trace changes no plan; a priced objective's record needs each night's prices
+    recorded = offsets if objective.priced else [(n - t0).total_seconds() for n in every_night]
+    records = NightRecords(NightPlanner(spec, modes), truth, forecast_candidates(forecaster), recorded,
+                           earliest_s=job.earliest_start_s, deadline_s=job.deadline_s, slot_s=constraints.slot_s,
+                           prices=sim_prices)
     ctx = _JobContext(policy=policy, spec=spec, threshold_spec=resolve_run(threshold_policy), truth=truth, t0=t0,
                       modes=tuple(modes), forecaster=forecaster, wanted=tuple(wanted), objective=objective, constraints=constraints,
                       interval_s=plan_rule.interval_s, grid_s=grid_s, min_gain=min_gain,
-                      records=records, nominals={ns: k for k, ns in enumerate(offsets)}, pace_error=pace_error)
-    out: dict[str, list[JobOutcome]] = {s: [] for s in wanted}
+                      records=records, nominals={ns: k for k, ns in enumerate(recorded)}, pace_error=pace_error,
+                      prices=sim_prices)
+    out: dict[str, list[JobOutcome]] = {s: [] for s in (*wanted, *(OPTIMA if sim_prices is not None else ()))}
     for per_job in _map_jobs(ctx, offsets, workers, progress):
         for name, outcome in per_job.items():
             out[name].append(outcome)
@@ -326,12 +370,13 @@ def simulate(
               "kept_as": "pace reserve" if constraints.pace_tolerance > 0 else "time before the deadline",
               "pace_tolerance": constraints.pace_tolerance, "pace_error": pace_error}
     longest = max(((b - a).total_seconds() for a, b in gaps), default=0.0)
+    extra: dict[str, Any] = {"deadline_margin": margin,
+                             "trace_gaps": {"gaps": len(gaps), "longest_gap_h": longest / 3600.0,
+                                            "max_gap_h": MAX_GAP.total_seconds() / 3600.0, "nights_skipped": skipped}}
+    if sim_prices is not None:
+        extra["prices_cover"] = {"nights_without_prices": unpriced}
     return SimulationResult(t0=t0, step_s=step, values=values, outcomes=out, modes=tuple(modes),
-                            forecast=forecast_label, clean_mode=policy.rules.clean_mode,
-                            extra={"deadline_margin": margin,
-                                   "trace_gaps": {"gaps": len(gaps), "longest_gap_h": longest / 3600.0,
-                                                  "max_gap_h": MAX_GAP.total_seconds() / 3600.0,
-                                                  "nights_skipped": skipped}})
+                            forecast=forecast_label, clean_mode=policy.rules.clean_mode, extra=extra, objective=objective)
 
 
 def _outside_gaps(nominals: list[datetime], gaps: Sequence[tuple[datetime, datetime]], *, earliest_s: float,

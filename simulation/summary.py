@@ -3,6 +3,10 @@
 The **mode part** is static efficiency (the frugal mode at the cron time: no carbon data) against the
 reference mode at the cron time; the **timing part** is ``(static efficiency - gridshift) /
 (static efficiency - oracle)``, what the forecasts and the orchestration add, with grams saved.
+
+With prices every strategy also has its ``cost`` (currency, at the true prices), and ``price`` says
+what the objective was and where the two single-objective optima lie: the trade-off, what each
+tonne avoided costs between the least-cost and the least-carbon plan (:func:`price_summary`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from simulation.strategies import JobOutcome
 if TYPE_CHECKING:
     from simulation.simulate import SimulationResult
 
-__all__ = ["summarise"]
+__all__ = ["price_summary", "summarise"]
 
 
 def summarise(result: "SimulationResult") -> dict[str, Any]:
@@ -50,6 +54,16 @@ def summarise(result: "SimulationResult") -> dict[str, Any]:
             "mean_duration_s": float(np.mean([j.end_s - j.start_s for j in jobs])) if n else 0.0,
             "mode_share": _mode_share(jobs),
         }
+        if jobs and jobs[0].cost is not None:
+            strategies[name]["cost"] = tot(jobs, "cost")
+            strategies[name]["objective_value"] = float(sum(j.value(result.objective.carbon_price) for j in jobs))
+    priced = result.objective.carbon_price is not None
+    if priced:  # the oracle is the objective's optimum: the shares of its saving are on the objective too
+        v = {name: st["objective_value"] for name, st in strategies.items()}
+        room, timing_v = v["baseline"] - v["oracle"], v["static_efficiency"] - v["oracle"]
+        for name, st in strategies.items():
+            st["share_of_oracle_saving"] = (v["baseline"] - v[name]) / room if room > 0 else None
+            st["timing_share"] = (v["static_efficiency"] - v[name]) / timing_v if timing_v > 0 else None
     # a share needs its references on time: a late static efficiency (a job slower than its figures,
     # --pace-error) saves grams by missing its deadline, and no share against it compares
     late = [name for name in ("baseline", "static_efficiency", "oracle") if strategies[name]["deadline_misses"]]
@@ -66,6 +80,9 @@ def summarise(result: "SimulationResult") -> dict[str, Any]:
                    "what": "(static efficiency - gridshift) / (static efficiency - oracle): what the forecasts "
                            "and the orchestration add"},
     }
+    if priced:
+        shares["mode"]["share"] = (v["baseline"] - v["static_efficiency"]) / room if room > 0 else None
+        shares["on"] = "the objective (cost + carbon priced), as the oracle; saving_g stays in grams"
     if late:
         shares["mode"]["share"] = None
         shares["why_no_shares"] = (f"{', '.join(late)} missed deadlines (the job runs slower than its figures): no share "
@@ -104,7 +121,42 @@ def summarise(result: "SimulationResult") -> dict[str, Any]:
         "mode_slowdown": {m.name: 1.0 / m.speed for m in result.modes},
         "mode_source": {m.name: m.source for m in result.modes},
         **result.extra,
+        **({"price": price_summary(result, strategies)} if "oracle_cost" in result.outcomes and n else {}),
     }
+
+
+def _relative(x: float, ref: float) -> float | None:
+    """``x`` against ``ref`` as a fraction over it (costs may be negative: relative to ``ref``'s size)."""
+    return (x - ref) / abs(ref) if abs(ref) > 1e-12 else None
+
+
+def price_summary(result: "SimulationResult", strategies: dict[str, Any]) -> dict[str, Any]:
+    """The objective, each strategy against the least-cost and the least-carbon optimum, and the trade-off."""
+    obj = result.objective
+    cur = obj.currency
+    c_opt, k_opt = strategies["oracle_carbon"], strategies["oracle_cost"]
+    tonnes = (k_opt["carbon_g"] - c_opt["carbon_g"]) / 1e6  # what the cheapest plan emits more than the cleanest
+    extra_cost = c_opt["cost"] - k_opt["cost"]  # what the cleanest plan costs more than the cheapest
+    per_tonne = extra_cost / tonnes if tonnes > 1e-12 else None
+    what = ("carbon only (no objective.carbon_price): cost is reported, not planned on" if obj.carbon_price is None
+            else f"cost only (carbon_price 0)" if obj.carbon_price == 0
+            else f"cost + carbon at {obj.carbon_price:g} {cur}/t")
+    against = {name: {"cost_over_cost_optimum": _relative(st["cost"], k_opt["cost"]),
+                      "carbon_over_carbon_optimum": _relative(st["carbon_g"], c_opt["carbon_g"])}
+               for name, st in strategies.items() if "cost" in st}
+    if per_tonne is None:
+        sentence = "the least-cost plan is also the least-carbon one here: no trade-off"
+    else:
+        sentence = (f"the least-carbon plan emits {tonnes * 1e6:.0f} g less than the least-cost plan for "
+                    f"{extra_cost:.4g} {cur} more: {per_tonne:.0f} {cur} per tonne avoided")
+    return {"currency": cur, "carbon_price": obj.carbon_price, "objective": what,
+            "optima": {"carbon": {"carbon_g": c_opt["carbon_g"], "cost": c_opt["cost"]},
+                       "cost": {"carbon_g": k_opt["carbon_g"], "cost": k_opt["cost"]}},
+            "tradeoff": {"tonnes": tonnes, "extra_cost": extra_cost, "cost_per_tonne_avoided": per_tonne,
+                         "sentence": sentence},
+            "against_optima": against,
+            "gridshift_cost_over_cost_optimum": against["gridshift"]["cost_over_cost_optimum"],
+            "prices_label": "real day-ahead prices; cost = modelled energy x price"}
 
 
 def _reserve_used(result: "SimulationResult") -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 The clock is virtual (it moves only when the job runs or sleeps); the job does its work at its true
 speed in each mode (the figures' speed, slowed by ``pace_error`` when asked); carbon is integrated
-exactly over the real, piecewise-constant trace; the signal each decision reads is what the
-forecaster could have said then. So :func:`run_job_on_trace` asks the decider exactly what
+exactly over the real, piecewise-constant trace, and its cost over the true prices when there are
+(:class:`simulation.sim_price.SimPrices`); the signal each decision reads is what the forecaster
+could have said then, with the prices the market had published by then. So :func:`run_job_on_trace` asks the decider exactly what
 ``flows.supervise`` asks it on a real run, at the same moments: one loop, two drivers.
 """
 
@@ -18,6 +19,7 @@ from scheduler.loop.loop import DEFER_PAUSES_OVER_S, SignalReading, run_loop
 from scheduler.planner import ModeFigures, RunPlan
 from scheduler.planner.deciders import Decider
 from scheduler.planner.grid import GridSignal
+from simulation.sim_price import SimPrices
 
 __all__ = ["TraceDriver", "run_job_on_trace"]
 
@@ -31,7 +33,7 @@ class TraceDriver:
     """A job on the true trace, under a virtual clock. ``figures``: the modes as the job really runs them."""
 
     def __init__(self, truth: GridSignal, figures: Sequence[ModeFigures], *, work_s: float, read: Reader,
-                 reports_progress: bool, resume_overhead_s: float = 0.0) -> None:
+                 reports_progress: bool, resume_overhead_s: float = 0.0, prices: SimPrices | None = None) -> None:
         assert truth.epoch is not None
         self.truth, self.epoch = truth, truth.epoch
         self.by_name = {f.name: f for f in figures}
@@ -43,6 +45,8 @@ class TraceDriver:
         self.mode: str | None = None
         self.spans: list[tuple[float, float, int]] = []  # (start_s, end_s, mode index) in trace seconds
         self.carbon_g = self.energy_j = 0.0
+        self.prices = prices
+        self.cost: float | None = 0.0 if prices is not None else None
 
     def seconds(self) -> float:
         return (self.clock - self.epoch).total_seconds()
@@ -89,6 +93,8 @@ class TraceDriver:
             return
         self.carbon_g += fig.power_w * self.truth.integral(a, b) / _J_PER_KWH
         self.energy_j += fig.power_w * (b - a)
+        if self.prices is not None and self.cost is not None:
+            self.cost += self.prices.cost(fig.power_w, a, b)
         self.spans.append((a, b, self.index[fig.name]))
 
     def progress(self) -> float | None:

@@ -39,6 +39,7 @@ __all__ = [
     "JsonApi",
     "RetryPolicy",
     "HttpProvider",
+    "build_api",
     "number",
     "parse_retry_after_s",
     "parse_time",
@@ -329,6 +330,29 @@ def _as_float(value: Any, name: str) -> float:
         raise ValueError(f"{name} must be a number, got {value!r}") from None
 
 
+def build_api(
+    provider: str,
+    *,
+    base_url: str,
+    client: httpx.Client | None = None,
+    transport: httpx.BaseTransport | None = None,
+    timeout_s: float | str = DEFAULT_TIMEOUT_S,
+    retries: int | str = 2,
+    backoff_s: float | str = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+    headers: Mapping[str, str] | None = None,
+    status_overrides: Mapping[int, type[CarbonError]] | None = None,
+    classify: Callable[[httpx.Response], "tuple[type[CarbonError], str] | None"] | None = None,
+) -> JsonApi:
+    """The :class:`JsonApi` of a web source from its options (numbers may arrive as strings, from the command line)."""
+    timeout = _as_float(timeout_s, "timeout_s")
+    if timeout <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+    retry = RetryPolicy(retries=int(_as_float(retries, "retries")), backoff_s=_as_float(backoff_s, "backoff_s"))
+    return JsonApi(provider=provider, base_url=base_url, timeout_s=timeout, client=client, transport=transport,
+                   headers=headers, retry=retry, sleep=sleep, status_overrides=status_overrides, classify=classify)
+
+
 class HttpProvider(Provider):
     """Shared constructor for web providers: the options every HTTP provider accepts.
 
@@ -355,15 +379,9 @@ class HttpProvider(Provider):
         classify: Callable[[httpx.Response], "tuple[type[CarbonError], str] | None"] | None = None,
     ) -> None:
         self.zone = str(zone or "")
-        timeout = _as_float(timeout_s, "timeout_s")
-        if timeout <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-        retry = RetryPolicy(retries=int(_as_float(retries, "retries")), backoff_s=_as_float(backoff_s, "backoff_s"))
-        self.api = JsonApi(
-            provider=self.name, base_url=base_url or self.default_base_url, timeout_s=timeout, client=client,
-            transport=transport, headers=headers, retry=retry, sleep=sleep, status_overrides=self.status_overrides,
-            classify=classify,
-        )
+        self.api = build_api(self.name, base_url=base_url or self.default_base_url, client=client, transport=transport,
+                             timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, sleep=sleep, headers=headers,
+                             status_overrides=self.status_overrides, classify=classify)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(zone={self.zone!r}, base_url={self.api.base_url!r})"

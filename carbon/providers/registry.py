@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
+from typing import Any, Mapping
 
 from carbon.errors import CarbonError
 from carbon.providers.base import Provider
 
-__all__ = ["PROVIDERS", "get_provider", "provider_class", "provider_names", "provider_option_names"]
+__all__ = ["PROVIDERS", "get_provider", "option_names", "provider_class", "provider_names", "provider_option_names",
+           "registered_class"]
 
 #: name -> "module:Class"
 PROVIDERS: dict[str, str] = {
@@ -35,29 +36,41 @@ def provider_names() -> list[str]:
 _NOT_OPTIONS = frozenset({"self", "client", "transport", "sleep", "clock", "classify", "series"})
 
 
-def provider_class(name: str) -> type[Provider]:
-    """The class registered as ``name``, imported now (nothing is constructed)."""
-    target = PROVIDERS.get(name)
+def registered_class(table: Mapping[str, str], name: str, unknown: type[CarbonError], what: str) -> Any:
+    """The class ``table`` ("module:Class" by name) registers as ``name``, imported now (nothing is constructed);
+    a name it lacks is ``unknown``, with the nearest known name."""
+    target = table.get(name)
     if target is None:
         import difflib
 
-        near = difflib.get_close_matches(name, provider_names(), n=1)
+        known = sorted(table)
+        near = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise UnknownProvider(f"unknown carbon provider {name!r}{hint} (known: {', '.join(provider_names())})")
+        raise unknown(f"unknown {what} {name!r}{hint} (known: {', '.join(known)})")
     module_name, _, cls_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), cls_name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def provider_class(name: str) -> type[Provider]:
+    """The class registered as ``name``, imported now (nothing is constructed)."""
+    return registered_class(PROVIDERS, name, UnknownProvider, "carbon provider")  # type: ignore[no-any-return]
 
 
 def provider_option_names(name: str) -> frozenset[str] | None:
-    """The option names provider ``name`` accepts (``zone`` and ``base_url`` included), read from
-    its constructor's signature and, while a constructor passes ``**kwargs`` on, its base classes'.
-    ``None`` when the chain ends in ``**kwargs`` nobody names (anything goes)."""
+    """The option names provider ``name`` accepts (``zone`` and ``base_url`` included): :func:`option_names`."""
+    return option_names(provider_class(name))
+
+
+def option_names(cls: type) -> frozenset[str] | None:
+    """The option names a source class accepts, read from its constructor's signature and, while a
+    constructor passes ``**kwargs`` on, its base classes'. ``None`` when the chain ends in
+    ``**kwargs`` nobody names (anything goes)."""
     names: set[str] = set()
-    for cls in provider_class(name).__mro__:
-        init = cls.__dict__.get("__init__")
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
         if init is None:
             continue
-        if cls is object:
+        if klass is object:
             return frozenset(names - _NOT_OPTIONS)
         params = inspect.signature(init).parameters.values()
         names.update(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))

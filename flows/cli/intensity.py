@@ -1,4 +1,5 @@
-"""The grid signal: ``gridshift intensity --provider NAME [--zone Z] [--base-url URL] [--forecast] [--json]`` and
+"""The grid signal: ``gridshift intensity --provider NAME [--zone Z] [--base-url URL] [--forecast] [--json]``,
+``gridshift prices --source NAME [--zone Z] [--json]`` (the electricity prices published now) and
 ``gridshift forecasts [--provider P] [--zone Z] [--json]`` (every archived forecast, scored)."""
 
 from __future__ import annotations
@@ -11,6 +12,66 @@ import typer
 
 from flows.cli import app
 from flows.cli._errors import EXIT_INPUT, fail
+
+
+def _options(option: list[str] | None, zone: str | None, base_url: str | None) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    for item in option or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise fail(f"--option expects KEY=VALUE, got {item!r}", 2)
+        opts[key] = value
+    if zone is not None:
+        opts["zone"] = zone
+    if base_url is not None:
+        opts["base_url"] = base_url
+    return opts
+
+
+@app.command()
+def prices(
+    source: Annotated[str, typer.Option(help="energycharts (EU bidding zones), awattar (DE, AT), trace (-o path=FILE)")] = "energycharts",
+    zone: Annotated[Optional[str], typer.Option(help="Bidding zone: DE-LU, AT, FR, ... (Energy-Charts), DE or AT (aWATTar).")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="Replace the source's scheme and host.")] = None,
+    hours: Annotated[float, typer.Option(help="How far ahead to show (published prices only).")] = 48.0,
+    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Source option KEY=VALUE (e.g. path=prices.csv, market=ERCOT).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Print the electricity prices published now for the hours ahead (what a priced plan would use)."""
+    from carbon.errors import CarbonError
+    from carbon.prices import get_price_source
+    from carbon.prices.registry import UnknownPriceSource
+
+    if hours <= 0:
+        raise fail(f"--hours must be positive, got {hours:g}", 2)
+    opts = _options(option, zone, base_url)
+    if source == "trace" and "path" not in opts:
+        raise fail("price source 'trace' reads a file: give -o path=FILE (timestamp,price per MWh)", 2)
+    now = datetime.now(timezone.utc)
+    start = now.replace(minute=0, second=0, microsecond=0)
+    try:
+        with get_price_source(source, **opts) as p:
+            got = p.prices(start=start, end=start + timedelta(hours=hours), now=now)
+    except UnknownPriceSource as exc:  # a typo on the command line is bad input, as an unknown carbon provider is
+        raise fail(exc, 2) from None
+    except CarbonError as exc:  # every source failure: one line, exit 3 (a bad price file: 2)
+        raise fail(exc) from None
+    except TypeError as exc:
+        raise fail(f"price source {source!r} does not take these options: {exc}", 2) from None
+    except ValueError as exc:
+        raise fail(f"{source}: {exc}", 2) from None
+    values = got.values()
+    market = p.market.describe() if p.market is not None else "publication time not known"
+    if json_out:
+        typer.echo(json.dumps({"source": source, "zone": got.zone, "currency": got.currency, "unit": "per MWh",
+                               "published": market, "points": [{"start": q.start.isoformat(), "per_mwh": q.per_mwh,
+                                                                "published_at": q.published_at.isoformat()
+                                                                if q.published_at else None} for q in got]}))
+        return
+    typer.echo(f"{source}{' ' + got.zone if got.zone else ''}: {len(values)} prices published from {got.start:%Y-%m-%d %H:%M} to "
+               f"{got.end:%Y-%m-%d %H:%M} UTC ({market})")
+    typer.echo(f"  {got.currency}/MWh: min {min(values):.2f}, mean {sum(values) / len(values):.2f}, max {max(values):.2f}"
+               + (f"; {sum(v < 0 for v in values)} below zero" if min(values) < 0 else ""))
 
 
 @app.command()
@@ -29,16 +90,7 @@ def intensity(
 
     if horizon_h <= 0:
         raise fail(f"--horizon-h must be positive (hours ahead), got {horizon_h:g}", 2)
-    opts: dict[str, Any] = {}
-    for item in option or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise fail(f"--option expects KEY=VALUE, got {item!r}", 2)
-        opts[key] = value
-    if zone is not None:
-        opts["zone"] = zone
-    if base_url is not None:
-        opts["base_url"] = base_url
+    opts = _options(option, zone, base_url)
     now = datetime.now(timezone.utc)
     try:
         with get_provider(provider, **opts) as p:

@@ -54,8 +54,11 @@ def check(
                         "next_runs": [t.isoformat() for t in runs],
                         "next_runs_local": [t.astimezone(zone).isoformat() for t in runs]})
         if not json_out:
-            typer.echo(f"{f}: ok ({job.name}: modes {', '.join(policy.modes)}; carbon {policy.carbon.provider}; "
-                       f"rule {policy.rules.kind}; backend {policy.backend.name})")
+            price = f"; price {policy.price.provider}" if policy.price is not None else ""
+            cp = policy.objective.carbon_price
+            goal = "" if cp is None else f"; objective cost + carbon at {cp:g}/t" if cp else "; objective cost only"
+            typer.echo(f"{f}: ok ({job.name}: modes {', '.join(policy.modes)}; carbon {policy.carbon.provider}{price}; "
+                       f"rule {policy.rules.kind}{goal}; backend {policy.backend.name})")
             if runs:
                 typer.echo(f"  next runs ({job.cron!r} in {job.timezone}): " + ", ".join(_both_zones(t, zone) for t in runs))
             for warning in warnings:

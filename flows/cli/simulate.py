@@ -1,4 +1,4 @@
-"""``gridshift simulate POLICY --trace CSV [--column NAME] [--json] [--plot PNG]``."""
+"""``gridshift simulate POLICY --trace CSV [--column NAME] [--price-trace CSV] [--json] [--plot PNG]``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ _LABELS = {
     "threshold": "threshold rule (old decide)",
     "gridshift": "gridshift (planner: start, then modes re-planned)",
     "oracle": "oracle (exact, perfect foresight)",
+    "oracle_carbon": "least carbon (exact, perfect foresight)",
+    "oracle_cost": "least cost (exact, perfect foresight)",
 }
 
 
@@ -32,18 +34,23 @@ def _human(s: dict[str, Any], trace: str) -> str:
     base = s["strategies"].get("baseline") or next(iter(s["strategies"].values()))
     g_unit, g_scale = mass_unit(base["carbon_g"])
     e_unit, e_scale = energy_unit(base["energy_j"])
+    price = s.get("price")
+    cur = f"cost {price['currency']}" if price else ""
     lines = [
         f"gridshift simulate: {s['jobs']} jobs over {trace} ({s['trace_start'][:10]} .. {s['trace_end'][:10]}), "
         f"{s['forecast']} forecast",
         f"  {'strategy':<52} {'CO2 ' + g_unit:>10} {'saving':>7} {'of oracle':>9} {'timing':>7} "
-        f"{'energy ' + e_unit:>10} {'misses':>6}",
+        f"{'energy ' + e_unit:>10} {'misses':>6}" + (f" {cur:>10}" if price else ""),
     ]
     for name, st in s["strategies"].items():
         share, timing = st["share_of_oracle_saving"], st["timing_share"]
         lines.append(f"  {_LABELS.get(name, name):<52} {figure(st['carbon_g'], g_scale):>10} {st['savings_pct']:>6.1f}% "
                      f"{'-' if share is None or name == 'baseline' else f'{share:.0%}':>9} "
                      f"{'-' if timing is None or name in ('baseline', 'static_efficiency') else f'{timing:.0%}':>7} "
-                     f"{figure(st['energy_j'], e_scale):>10} {st['deadline_misses']:>6}")
+                     f"{figure(st['energy_j'], e_scale):>10} {st['deadline_misses']:>6}"
+                     + (f" {st['cost']:>10.2f}" if price else ""))
+    if price:
+        lines += _price_lines(price, (s.get("prices_cover") or {}).get("nights_without_prices", 0))
     mode, timing = s["shares"]["mode"], s["shares"]["timing"]
     if s["shares"].get("why_no_shares"):
         lines.append(f"  no shares: {s['shares']['why_no_shares']}")
@@ -79,6 +86,22 @@ def _human(s: dict[str, Any], trace: str) -> str:
     return "\n".join(lines)
 
 
+def _price_lines(price: dict[str, Any], unpriced: int) -> list[str]:
+    """The objective, gridshift against the least-cost optimum, and what a tonne avoided costs between the optima."""
+    gap = price["gridshift_cost_over_cost_optimum"]
+    out = [f"  objective: {price['objective']}; cost at {price['prices_label']}"]
+    if price.get("trace_stats"):
+        t, cur = price["trace_stats"], price["currency"]
+        out.append(f"  prices: {t['hours']} intervals, mean {t['mean']:.2f} {cur}/MWh (min {t['min']:.2f}, max "
+                   f"{t['max']:.2f}; {t['below_zero']} below zero); {price.get('published', '')}")
+    if unpriced:
+        out.append(f"  {unpriced} night(s) of the carbon trace fall outside the prices and are not simulated")
+    if gap is not None:
+        out.append(f"  gridshift's cost is {gap:+.2%} against the least-cost optimum")
+    out.append(f"  trade-off: {price['tradeoff']['sentence']}")
+    return out
+
+
 @app.command()
 def simulate(
     policy: Annotated[Path, typer.Argument(help="Policy YAML with a recurring job (job.cron) and a deadline.")],
@@ -96,6 +119,9 @@ def simulate(
     forecast_column: Annotated[Optional[str], typer.Option("--forecast-column", help="Value column of --forecast-file when it has several.")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="Processes to spread the jobs over (default: one per core); the result is the same.")] = None,
     pace_error: Annotated[float, typer.Option(min=0.0, max=1.0, help="Every strategy's job runs this much slower than its figures (e.g. 0.03), so the shares stay comparable; gridshift's plans use the pace seen after one interval. A check of the deadline margin.")] = 0.0,
+    price_trace: Annotated[Optional[Path], typer.Option("--price-trace", help="Hourly (or finer) day-ahead prices per MWh (timestamp, price): every strategy is costed, the least-cost and least-carbon optima stand beside the oracle, and objective.carbon_price plans on the prices as published.")] = None,
+    price_market: Annotated[Optional[str], typer.Option("--price-market", help="When the prices were published: SDAC (EU zones, 13:00 Europe/Berlin the day before; the default) or ERCOT (13:30 America/Chicago).")] = None,
+    carbon_price: Annotated[Optional[float], typer.Option("--carbon-price", min=0.0, help="Override objective.carbon_price (currency per tonne CO2; 0 = cost only). Needs --price-trace.")] = None,
 ) -> None:
     """Replay the policy's recurring job over a real trace: strategies side by side, up to the exact oracle."""
     if site:
@@ -112,7 +138,39 @@ def simulate(
         raise fail("--trace CSV is required (or --site NAME=CSV per site of a fleet policy)", EXIT_INPUT)
     _simulate(policy=policy, trace=trace, column=column, json_out=json_out, plot=plot, forecast=forecast,
               forecast_error=forecast_error, seed=seed, min_gain=min_gain, profile=profile,
-              forecast_file=forecast_file, forecast_column=forecast_column, workers=workers, pace_error=pace_error)
+              forecast_file=forecast_file, forecast_column=forecast_column, workers=workers, pace_error=pace_error,
+              price_trace=price_trace, price_market=price_market, carbon_price=carbon_price)
+
+
+def _market_of(pol: Any, given: str | None) -> Any:
+    """The publication rule: --price-market, else the policy's price source's market or zone, else SDAC."""
+    from carbon.prices.day_ahead import SDAC, market_for
+    from scheduler.errors import PolicyError
+
+    if given is not None:
+        found = market_for(given)
+        if found is None:
+            raise PolicyError(f"--price-market {given!r}: unknown day-ahead market (known: SDAC, ERCOT)")
+        return found
+    source = pol.price
+    named = (source.options.get("market") or source.zone) if source is not None else None
+    return market_for(str(named)) if named and market_for(str(named)) else SDAC
+
+
+def _read_prices(pol: Any, path: Path | None, market: str | None, carbon_price: float | None) -> Any:
+    """The price trace, each price stamped when its market published it (None: no --price-trace)."""
+    from scheduler.errors import PolicyError
+
+    if path is None:
+        if carbon_price is not None:
+            raise PolicyError("--carbon-price prices carbon against the energy's price: give --price-trace FILE")
+        return None
+    from carbon.prices.trace import read_price_trace
+    from scheduler.run_spec import price_currency
+
+    found = _market_of(pol, market)
+    currency = price_currency(pol.price) if pol.price is not None and market is None else found.currency
+    return read_price_trace(path, zone=found.name, currency=currency or found.currency, market=found)
 
 
 def _gridshift_asks(result: Any, policy: Any, step_s: float) -> list[tuple[int, int]]:
@@ -147,7 +205,8 @@ def _last_start_skill(result: Any, policy: Any, forecaster: Any) -> dict[str, An
 def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, plot: Path | None, forecast: str,
               forecast_error: float, seed: int, min_gain: float, profile: Path | None,
               forecast_file: Path | None = None, forecast_column: str | None = None, workers: int | None = None,
-              pace_error: float = 0.0) -> None:
+              pace_error: float = 0.0, price_trace: Path | None = None, price_market: str | None = None,
+              carbon_price: float | None = None) -> None:
 
     from backends.simulated import SimulatedBackend
     from carbon.errors import BadTrace
@@ -162,6 +221,9 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
     t_begin = time.perf_counter()
     try:
         pol = load_policy(policy)
+        prices = _read_prices(pol, price_trace, price_market, carbon_price)
+        if carbon_price is not None:
+            pol = pol.model_copy(update={"objective": pol.objective.model_copy(update={"carbon_price": carbon_price})})
         check = TraceCheck()
         series = read_trace(trace, column=column, check=check)
         for line in check.warnings:
@@ -197,7 +259,7 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
             raise PolicyError(f"--forecast must be 'history' or 'noisy', not {forecast!r}")
         with Progress("simulating", unit="jobs") as progress:  # a year takes a while: say how far on a terminal
             result = simulate(pol, series, modes, forecaster, forecast_label=label, min_gain=min_gain, workers=workers,
-                              pace_error=pace_error, progress=progress)
+                              pace_error=pace_error, progress=progress, prices=prices)
         coverage = None
         if forecast_file is not None:  # how much of what the planner asked the archive answered
             coverage = raw.coverage(_gridshift_asks(result, pol, step_s))
@@ -213,9 +275,19 @@ def _simulate(*, policy: Path, trace: Path, column: str | None, json_out: bool, 
         summary["forecast_coverage"] = coverage
     if skill is not None:
         summary["forecast_skill"] = skill
-    summary["runtime_s"] = time.perf_counter() - t_begin
+    if summary["jobs"] == 0 and prices is not None and summary.get("prices_cover", {}).get("nights_without_prices"):
+        raise fail(f"{price_trace}: no night's window has prices all through (the prices cover "
+                   f"{prices.start:%Y-%m-%d} to {prices.end:%Y-%m-%d}); nothing to simulate", EXIT_INPUT)
     if summary["jobs"] == 0:
         raise fail(f"{trace}: the trace is shorter than one job window; nothing to simulate", EXIT_INPUT)
+    if prices is not None:
+        summary["price"]["trace"] = str(price_trace)
+        summary["price"]["published"] = _market_of(pol, price_market).describe()
+        values = prices.values()  # said beside the figures: a file in ct/kWh would be 10x off, and would show here
+        summary["price"]["trace_stats"] = {"hours": len(values), "mean": sum(values) / len(values), "min": min(values),
+                                           "max": max(values), "below_zero": sum(v < 0 for v in values),
+                                           "start": prices.start.isoformat(), "end": prices.end.isoformat()}
+    summary["runtime_s"] = time.perf_counter() - t_begin
     if plot is not None:
         from simulation.sim_plot import PlotUnavailable, plot_simulation
 

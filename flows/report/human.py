@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +86,23 @@ def human_report(report: dict[str, Any], log_path: Path | None = None) -> str:
     return "\n".join(lines)
 
 
+def cost_text(cost: dict[str, Any]) -> str:
+    """A run's cost in words: ``0.0421 EUR``, or why there is none."""
+    if cost.get("total") is None:
+        return "unknown"
+    missing = f" ({cost['spans_without_prices']} span(s) without a price)" if cost.get("spans_without_prices") else ""
+    total = float(cost["total"])
+    # four significant figures, never in exponent notation (a short run on one GPU costs a fraction of a cent)
+    digits = 2 if abs(total) >= 1 or total == 0 else 3 - math.floor(math.log10(abs(total)))
+    return f"{total:.{digits}f} {cost.get('currency', '')}".rstrip() + missing
+
+
 def _extra_lines(extra: dict[str, Any]) -> list[str]:
     lines = []
+    if extra.get("cost"):
+        c = extra["cost"]
+        lines.append(f"  cost       {cost_text(c)} ({c.get('label') or c.get('error', '')}"
+                     + (f", {c['source']}" if c.get("source") else "") + ")")
     if "rounding" in extra.get("plan", {}):
         p = extra["plan"]
         lines.append(f"  plan       work counted to {p['rounding']:.2%} by the planner (bound {p['max_rounding']:.0%})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flows.report.human import start_words
+from flows.report.human import cost_text, start_words
 from scheduler.saving import with_saving
 
 __all__ = ["report_markdown", "artifact_key", "report_from_markdown", "RUN_ARTIFACT_PREFIX"]
@@ -76,6 +76,9 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += [f"| baseline | {saving['baseline_g']:.4f} g | modelled: the same work from the nominal start, "
                   f"{(report.get('extra') or {}).get('reference_mode', 'reference')} mode |",
                   f"| saving | {saving['saved_g']:.4f} g ({saving['saved_pct']:.1f} %) | against the baseline |"]
+    cost = (report.get("extra") or {}).get("cost")
+    if cost:  # a policy with a price source: what the energy cost at the published prices of its hours
+        lines.append(f"| cost | {cost_text(cost)} | {cost.get('label') or cost.get('error', '')} |")
     lines += [
         f"| duration | {report['duration_s']:.2f} s | measured |",
         f"| intensity | {report['intensity_g_per_kwh'] or 0:.0f} gCO2/kWh | {report['intensity_source']} |",

@@ -6,7 +6,10 @@ and the modes away from it; whether that paid on a past night is known once the 
 
     gain = (static plan's grams - the forecast's plan's grams) / static plan's grams
 
-both plans costed on what was then observed. The forecast's plan is the one the planning run made
+both plans costed on what was then observed. Under a priced objective (``objective.carbon_price``) the
+gain is on the objective, cost + carbon_price x tonnes, and the static plan is the planner on a flat
+carbon signal and the published day-ahead prices (prices are known, not forecast: the static plan
+moves its start to the cheap hours, and only the carbon forecast has to earn its place). The forecast's plan is the one the planning run made
 at that night's earliest start (start and modes, as it stood then: :meth:`NightPlanner.start_plan`),
 so a night's gain needs only what was forecast before it and what was observed after it. The
 **record** of a forecast is its gains on the last :data:`RECORD_NIGHTS` finished nights.
@@ -35,7 +38,7 @@ from scheduler.policy.types import PlanRule
 from scheduler.run_spec import RunSpec
 
 __all__ = ["MIN_NIGHTS", "RECORD_NIGHTS", "STATIC", "TRUST_SOURCE", "Z", "ForecastChoice", "ForecastRecord",
-           "NightPlanner", "choose_forecast", "plan_grams"]
+           "NightPlanner", "choose_forecast", "plan_cost", "plan_grams"]
 
 #: the label that means "the forecast the source handed on" (no gate, or a gate that trusts it)
 TRUST_SOURCE = ""
@@ -122,6 +125,11 @@ def plan_grams(plan: RunPlan, observed: GridSignal, figures: Mapping[str, ModeFi
     return g
 
 
+def plan_cost(plan: RunPlan, prices: GridSignal, figures: Mapping[str, ModeFigures]) -> float:
+    """What ``plan`` (run as planned) would have cost at ``prices`` (per MWh): currency."""
+    return plan_grams(plan, prices, figures) / 1000.0
+
+
 class NightPlanner:
     """One night's start decision as the planning run makes it: on a forecast, or on none (the static plan).
 
@@ -132,6 +140,7 @@ class NightPlanner:
     def __init__(self, spec: RunSpec, figures: Sequence[ModeFigures], *, explain: bool = False) -> None:
         assert isinstance(spec.rules, PlanRule) and spec.constraints is not None
         self.spec, self.figures, self.explain = spec, list(figures), explain
+        self.objective = spec.objective
         self.by_name = {f.name: f for f in figures}
         self._static: dict[tuple[float, float], RunPlan] = {}
 
@@ -147,22 +156,33 @@ class NightPlanner:
         return earliest, max(nominal, earliest), deadline
 
     def _plan(self, signal: Signal, *, now: datetime, not_before: datetime, deadline: datetime | None,
-              reference: datetime | None, start_now: bool) -> RunPlan:
+              reference: datetime | None, start_now: bool, price: Signal | None = None) -> RunPlan:
         spec = self.spec
         assert isinstance(spec.rules, PlanRule) and spec.constraints is not None
         return plan_work(signal, self.figures, rules=spec.rules, constraints=spec.constraints, objective=spec.objective,
                          pausable=spec.job.checkpointable, resume_overhead_s=spec.job.resume_overhead_s, now=now,
                          work_s=spec.job.expected_duration_s, not_before=not_before, deadline=deadline,
-                         reference_start=reference, start_now=start_now, explain=self.explain)
+                         reference_start=reference, start_now=start_now, explain=self.explain, price=price)
 
-    def start_plan(self, signal: Signal, *, nominal: datetime, now: datetime | None = None) -> RunPlan:
-        """The plan the planning run makes on ``signal`` at the night's earliest start (or ``now``, if later)."""
+    def start_plan(self, signal: Signal, *, nominal: datetime, now: datetime | None = None,
+                   price: Signal | None = None) -> RunPlan:
+        """The plan the planning run makes on ``signal`` at the night's earliest start (or ``now``, if later);
+        ``price``: the prices published then (a priced objective plans on them)."""
         earliest, reference, deadline = self.window(nominal, now)
         at = earliest if now is None else now
-        return self._plan(signal, now=at, not_before=earliest, deadline=deadline, reference=reference, start_now=False)
+        return self._plan(signal, now=at, not_before=earliest, deadline=deadline, reference=reference, start_now=False,
+                          price=price if self.objective.priced else None)
 
-    def static_plan(self, *, nominal: datetime, now: datetime | None = None) -> RunPlan:
-        """The static plan: the job at the start a user would pick, its modes planned on a flat signal."""
+    def static_plan(self, *, nominal: datetime, now: datetime | None = None, price: Signal | None = None,
+                    value_now: float = 100.0) -> RunPlan:
+        """The static plan: the job at the start a user would pick, its modes planned on a flat signal.
+
+        Under a priced objective: the planning run's plan on a flat carbon signal at ``value_now``
+        (the intensity then) and the published ``price``: start and modes chosen on the prices alone.
+        """
+        if self.objective.priced:
+            earliest, _, _ = self.window(nominal, now)
+            return self.start_plan(flat_signal(value_now, earliest), nominal=nominal, now=now, price=price)
         _, reference, deadline = self.window(nominal, now)
         key = ((deadline - reference).total_seconds() if deadline is not None else -1.0, reference.timestamp() % 60)
         if key not in self._static:  # the same shape every night: plan it once, move it to each night
@@ -171,12 +191,35 @@ class NightPlanner:
         plan = self._static[key]
         return _moved(plan, reference - plan.start) if plan.segments else plan
 
-    def gain(self, signal: Signal, observed: GridSignal, *, nominal: datetime) -> float | None:
-        """The forecast's gain over the static plan on the night at ``nominal`` (None: nothing to compare)."""
-        static = plan_grams(self.static_plan(nominal=nominal), observed, self.by_name)
-        if static <= 0:
+    def value(self, plan: RunPlan, observed: GridSignal, prices: GridSignal | None = None) -> float:
+        """``plan``'s objective on what was observed: grams, or (priced) cost + carbon_price x tonnes."""
+        g = plan_grams(plan, observed, self.by_name)
+        cp = self.objective.carbon_price
+        if cp is None:
+            return g
+        if prices is None:
+            raise ValueError("a priced objective is scored on the prices: none given")
+        return cp * g / 1e6 + plan_cost(plan, prices, self.by_name)
+
+    def gain(self, signal: Signal, observed: GridSignal, *, nominal: datetime, price: Signal | None = None,
+             observed_price: GridSignal | None = None) -> float | None:
+        """The forecast's gain over the static plan on the night at ``nominal`` (None: nothing to compare).
+
+        Priced: on the objective, both plans made on the prices published at the decision (``price``)
+        and scored on those that held (``observed_price``), relative to the static plan's size.
+        """
+        if not self.objective.priced:
+            static = plan_grams(self.static_plan(nominal=nominal), observed, self.by_name)
+            if static <= 0:
+                return None
+            return (static - plan_grams(self.start_plan(signal, nominal=nominal), observed, self.by_name)) / static
+        earliest, _, _ = self.window(nominal)
+        now_value = float(observed.slot_means(earliest, 1.0, 1)[0])
+        base = self.value(self.static_plan(nominal=nominal, price=price, value_now=now_value), observed, observed_price)
+        if abs(base) <= 1e-12:
             return None
-        return (static - plan_grams(self.start_plan(signal, nominal=nominal), observed, self.by_name)) / static
+        mine = self.value(self.start_plan(signal, nominal=nominal, price=price), observed, observed_price)
+        return (base - mine) / abs(base)
 
 
 def _moved(plan: RunPlan, by: timedelta) -> RunPlan:

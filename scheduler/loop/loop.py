@@ -51,12 +51,15 @@ class SignalReading:
 
     ``label`` names ``signal`` (e.g. ``forecast:fused``); ``alternatives`` are other forecasts by
     label (the inputs a combined forecast was made of); ``value_now`` is the value in force now.
+    ``price``: the prices published by the read (a :class:`scheduler.planner.objective.PriceSignal`;
+    None: no price source). Prices are not a forecast: the gate's choice never replaces them.
     """
 
     signal: Signal
     value_now: float
     label: str = ""
     alternatives: Mapping[str, Signal] = field(default_factory=dict)
+    price: Signal | None = None
 
 
 def pick_signal(reading: SignalReading, choice: ForecastChoice, t: datetime) -> Signal:
@@ -155,7 +158,8 @@ class _Loop:
         assert self.reading is not None
         self.decisions += 1
         signal = pick_signal(self.reading, self.choice, t)
-        plan = self.decider.decide(t, signal, running=running, since=since, started_before=self.windows > 0)
+        plan = self.decider.decide(t, signal, running=running, since=since, started_before=self.windows > 0,
+                                   price=self.reading.price)
         for note in self.decider.notes:
             self.driver.warn(note)
         self.decider.notes.clear()

@@ -5,7 +5,11 @@ work left and mode; see :mod:`scheduler.planner.solve`):
 
     minimise  carbon (g) + objective.time_value_g_per_h x hours until the finish
 
-subject to the deadline (minus ``constraints.deadline_margin_s``), a minimum dwell per mode,
+or, with ``objective.carbon_price`` (currency per tonne) and the prices published by ``now``,
+
+    minimise  cost + carbon_price x tonnes + that time value in currency
+
+(one weight per slot, :func:`scheduler.planner.objective.objective_weights`), subject to the deadline (minus ``constraints.deadline_margin_s``), a minimum dwell per mode,
 contiguous running unless the job is pausable (each resume costs ``resume_overhead_s`` of work),
 and no start before ``job.not_before``. When the margin leaves no room the margin is dropped; when
 the deadline itself cannot be met the plan is the fastest finish and ``feasible`` is False.
@@ -15,7 +19,7 @@ Every choice comes with one plain sentence (``RunPlan.reasons``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Sequence
 
@@ -24,6 +28,7 @@ import numpy as np
 from carbon.series import as_utc
 from scheduler.planner.explain import explain as explain_plan
 from scheduler.planner.grid import Signal, signal_end, slot_values
+from scheduler.planner.objective import PriceSignal, objective_weights, time_value_per_h, units_of
 from scheduler.planner.slot_plan import account, fastest_slots
 from scheduler.planner.solve import choose_quantum, solve_slots
 
@@ -65,6 +70,18 @@ class PlanJob:
 @dataclass(frozen=True)
 class Objective:
     time_value_g_per_h: float = 0.0          # grams CO2 worth one hour earlier finish (0 = carbon only)
+    carbon_price: float | None = None        # currency per tonne CO2: minimise cost + carbon priced (0 = cost only); None = carbon only
+    currency: str = ""                       # the prices' currency (for the sentences)
+
+    @property
+    def priced(self) -> bool:
+        """True when the plan minimises cost + carbon_price x tonnes (it then needs prices)."""
+        return self.carbon_price is not None
+
+    @property
+    def time_value_per_h(self) -> float:
+        """An hour's earlier finish in the objective's units (:func:`scheduler.planner.objective.time_value_per_h`)."""
+        return time_value_per_h(self.time_value_g_per_h, self.carbon_price)
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,7 @@ class Segment:
     energy_j: float
     carbon_g: float
     reason: str
+    cost: float | None = None   # currency, at the prices the plan stood on (None: no prices)
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,7 @@ class RunPlan:
     slot_modes: tuple[str | None, ...] = field(default=(), repr=False)  # mode per slot from ``start`` (None = waiting)
     rounding: float = 0.0       # share of the work the solver's count of this plan was off by (its work quantum's error)
     max_rounding: float = 0.01  # the bound it was planned under (PlanConstraints.max_rounding); past it, a reason warns
+    cost: float | None = None   # currency, at the prices the plan stood on (None: planned without prices)
 
     @property
     def rounding_exceeded(self) -> bool:
@@ -136,13 +155,16 @@ class RunPlan:
 
 def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
                objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints(),
-               explain: bool = True) -> RunPlan:
+               explain: bool = True, price: np.ndarray | None = None) -> RunPlan:
     """:func:`plan_run` on intensities already cut into slots of ``constraints.slot_s`` from ``now``.
 
     ``intensity`` must cover the deadline (or the whole horizon of a job without one). ``explain=False``
     skips the sentences (the simulator re-plans thousands of times and reads only the slots).
+    ``price``: the price per MWh of each slot (as long as ``intensity``); the plan's cost is reported
+    with it, and a priced objective (``objective.carbon_price``) needs it.
     """
     now = as_utc(now)
+    weights = objective_weights(intensity, price, objective.carbon_price)
     slot = float(constraints.slot_s)
     names = [m.name for m in modes]
     power = np.array([m.power_w for m in modes], dtype=float)
@@ -158,24 +180,27 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
 
     def horizon(margin_s: float) -> int:
         if job.deadline is None:
-            return len(intensity)
-        return min(int(math.floor(((as_utc(job.deadline) - now).total_seconds() - margin_s) / slot + 1e-9)), len(intensity))
+            return len(weights)
+        return min(int(math.floor(((as_utc(job.deadline) - now).total_seconds() - margin_s) / slot + 1e-9)), len(weights))
 
     common = dict(slot_s=slot, work_s=job.work_s, first_start=first, dwell_slots=dwell, pausable=job.pausable,
                   resume_overhead_s=job.resume_overhead_s, resuming=job.resuming,
-                  time_value_g_per_h=objective.time_value_g_per_h, running_mode=running, running_forced_slots=forced,
+                  time_value_g_per_h=objective.time_value_per_h, running_mode=running, running_forced_slots=forced,
                   quantum_s=choose_quantum(speed, slot, job.work_s, max_rounding=constraints.max_rounding))
     margin_dropped = False
 
     def solve(margin_s: float):  # type: ignore[no-untyped-def]
-        sp = solve_slots(intensity, power, speed, deadline_slots=horizon(margin_s), **common)  # type: ignore[arg-type]
+        sp = solve_slots(weights, power, speed, deadline_slots=horizon(margin_s), **common)  # type: ignore[arg-type]
         if sp.feasible and constraints.min_gain > 0 and job.reference_start is not None and running is None:
             # a forecast's best start is its most optimistic one (the optimiser's curse): leave the reference
             # start only when the forecast gain is larger than the forecast can be trusted for
             ref = max(int(math.ceil((as_utc(job.reference_start) - now).total_seconds() / slot - 1e-9)), first)
-            fixed = solve_slots(intensity, power, speed, deadline_slots=horizon(margin_s),
+            fixed = solve_slots(weights, power, speed, deadline_slots=horizon(margin_s),
                                 **{**common, "first_start": ref}, last_start=ref)  # type: ignore[arg-type]
-            if fixed.feasible and sp.objective > fixed.objective * (1.0 - constraints.min_gain):
+            # a priced objective may be negative (paid to use energy): the gain is relative to its size
+            keep = (fixed.objective * (1.0 - constraints.min_gain) if fixed.objective >= 0
+                    else fixed.objective - constraints.min_gain * abs(fixed.objective))
+            if fixed.feasible and sp.objective > keep:
                 sp = fixed
         return sp
 
@@ -194,17 +219,21 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     if sp is None:
         sp = solve(constraints.deadline_margin_s)
     if not sp.feasible and constraints.deadline_margin_s > 0:
-        sp = solve_slots(intensity, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
+        sp = solve_slots(weights, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
         margin_dropped = sp.feasible
     if not sp.feasible:
         # a paused job that starts again resumes: the fastest finish does the resume's work too
         overhead = job.resume_overhead_s if job.pausable and job.resuming and running is None else 0.0
         sp = fastest_slots(0 if running is not None and forced else first, job.work_s, speed, slot,
                            resume_overhead_s=overhead)
-    c = np.concatenate((intensity, np.full(max(len(sp.modes) - len(intensity), 0), intensity[-1] if len(intensity) else 0.0)))
+    c = _extended(intensity, len(sp.modes))
     ran, energy, carbon, finish_s = account(sp.modes, c, power, speed, slot_s=slot, work_s=job.work_s,
                                             resume_overhead_s=job.resume_overhead_s if job.pausable else 0.0,
                                             resumes=sp.resumes)
+    pr = _extended(price, len(sp.modes)) if price is not None else None
+    cost = (account(sp.modes, pr, power, speed, slot_s=slot, work_s=job.work_s, resumes=sp.resumes,
+                    resume_overhead_s=job.resume_overhead_s if job.pausable else 0.0)[2] / _KWH_PER_MWH
+            if pr is not None else None)
     segments: list[tuple[int, int, int, float]] = []  # (first slot, last slot, mode, seconds in last slot)
     for k, m in enumerate(sp.modes):
         if m < 0 or ran[k] <= 0:
@@ -219,8 +248,9 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
         secs = (b - a) * slot + last
         e = power[m] * secs
         g = float(np.sum(power[m] * ran[a:b + 1] * c[a:b + 1]) / 3.6e6)
+        k = float(np.sum(power[m] * ran[a:b + 1] * pr[a:b + 1]) / 3.6e9) if pr is not None else None
         built.append(Segment(start=at(a * slot), end=at(a * slot + secs), mode=names[m], work_s=float(speed[m] * secs),
-                             energy_j=float(e), carbon_g=g, reason=""))
+                             energy_j=float(e), carbon_g=g, reason="", cost=k))
     start = built[0].start if built else at(first * slot)
     finish = at(finish_s) if built else start
     feasible = sp.feasible or (job.deadline is not None and finish <= as_utc(job.deadline))
@@ -229,10 +259,12 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     if not explain:
         return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
                        feasible=feasible, reasons=(), slot_modes=tuple(names[m] if m >= 0 else None for m in sp.modes),
-                       rounding=sp.rounding, max_rounding=constraints.max_rounding)
-    reasons, seg_reasons = explain_plan(built, list(modes), c, slot_s=slot, now=now, job=job, objective=objective,
+                       rounding=sp.rounding, max_rounding=constraints.max_rounding, cost=cost)
+    w = c if weights is intensity else _extended(weights, len(sp.modes))
+    reasons, seg_reasons = explain_plan(built, list(modes), w, slot_s=slot, now=now, job=job, objective=objective,
                                    first_slot=first, feasible=feasible, margin_dropped=margin_dropped,
-                                   deadline_margin_s=constraints.deadline_margin_s)
+                                   deadline_margin_s=constraints.deadline_margin_s,
+                                   units=units_of(objective.carbon_price, objective.currency))
     if as_reserve and job.deadline is not None and finish > as_utc(job.deadline) - timedelta(seconds=constraints.deadline_margin_s):
         reasons.append(f"it may finish within the {constraints.deadline_margin_s / 60:.0f} min deadline margin: the job "
                        f"reports its progress, so the margin is kept as a pace reserve (a slowdown of up to "
@@ -241,11 +273,20 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
         reasons.append(f"warning: the planner's work count of this plan is off by {sp.rounding:.1%} of the work, more "
                        f"than its {constraints.max_rounding:.0%} bound, so the plan may cost that much more than "
                        "the exact optimum")
-    built = [Segment(s.start, s.end, s.mode, s.work_s, s.energy_j, s.carbon_g, r) for s, r in zip(built, seg_reasons)]
+    built = [Segment(s.start, s.end, s.mode, s.work_s, s.energy_j, s.carbon_g, r, s.cost)
+             for s, r in zip(built, seg_reasons)]
     slot_modes = tuple(names[m] if m >= 0 else None for m in sp.modes)
     return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
                    feasible=feasible, reasons=tuple(reasons), slot_modes=slot_modes, rounding=sp.rounding,
-                   max_rounding=constraints.max_rounding)
+                   max_rounding=constraints.max_rounding, cost=cost)
+
+
+_KWH_PER_MWH = 1000.0
+
+
+def _extended(values: np.ndarray, n: int) -> np.ndarray:
+    """``values`` with the last one held out to ``n`` slots (a plan that runs past its signal)."""
+    return np.concatenate((values, np.full(max(n - len(values), 0), values[-1] if len(values) else 0.0)))
 
 
 def pace_reserve_holds(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, work_s: float, left_s: float,
@@ -289,14 +330,18 @@ def pace_reserve_holds(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, w
 
 def plan_run(series: Signal, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
              objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints(),
-             explain: bool = True) -> RunPlan:
-    """The carbon-optimal plan for ``job`` on the forecast ``series`` (see the module docstring).
+             explain: bool = True, price: Signal | None = None) -> RunPlan:
+    """The optimal plan for ``job`` on the forecast ``series`` (see the module docstring).
 
     ``series`` is an intensity series or values on a grid (:mod:`scheduler.planner.grid`), averaged
     into slots of ``constraints.slot_s`` from ``now``; past its end the last value is carried forward.
     Without a deadline the horizon is the series' end, stretched when needed so that the slowest mode
-    can finish. ``explain=False`` skips the sentences (see :func:`plan_slots`).
+    can finish. ``explain=False`` skips the sentences (see :func:`plan_slots`). ``price``: prices per
+    MWh published by ``now`` (a :class:`scheduler.planner.objective.PriceSignal`: later ones are held
+    at its tail value, and the plan says so); needed by a priced objective, else only costed.
     """
+    if objective.priced and price is None:
+        raise ValueError("objective.carbon_price needs prices: no price source was read")
     if not modes:
         raise ValueError("plan_run needs at least one mode")
     now = as_utc(now)
@@ -310,4 +355,13 @@ def plan_run(series: Signal, job: PlanJob, modes: Sequence[ModeFigures], *, now:
     need = lead + (job.work_s + job.resume_overhead_s) / slowest + 2 * max(constraints.min_dwell_s, slot)
     n = max(int(math.ceil(max((end - now).total_seconds(), need if job.deadline is None else 0.0) / slot)) + 1, 1)
     intensity = slot_values(series, now, slot, n)
-    return plan_slots(intensity, job, modes, now=now, objective=objective, constraints=constraints, explain=explain)
+    prices = slot_values(price, now, slot, n) if price is not None else None
+    plan = plan_slots(intensity, job, modes, now=now, objective=objective, constraints=constraints, explain=explain,
+                      price=prices)
+    if (explain and objective.priced and isinstance(price, PriceSignal) and plan.segments
+            and plan.finish > price.published_end):
+        cur = price.currency or objective.currency
+        plan = replace(plan, reasons=(*plan.reasons, f"prices after {price.published_end:%Y-%m-%d %H:%M} UTC are not "
+                                      f"published yet: the plan holds them at the last published day's mean, "
+                                      f"{price.tail_per_mwh:.1f} {cur}/MWh, and re-plans when they are"))
+    return plan

@@ -29,7 +29,18 @@ from scheduler.planner.grid import Signal, as_series
 from scheduler.policy.types import AbsoluteRule, Mode, PlanRule, RelativeRule
 from scheduler.run_spec import RunSpec
 
-__all__ = ["Decider", "PlanDecider", "ThresholdDecider", "WorkTracker", "first_decision", "make_decider", "plan_inputs", "plan_work"]
+__all__ = ["Decider", "PlanDecider", "ThresholdDecider", "WorkTracker", "first_decision", "make_decider", "plan_inputs",
+           "plan_work", "without_prices"]
+
+#: what a priced objective does when no price could be read (a source down since the run began)
+NO_PRICES = "no prices could be read: planning on carbon alone (objective.carbon_price set aside) until they can"
+
+
+def without_prices(objective: Objective, price: Signal | None) -> tuple[Objective, str | None]:
+    """The objective a plan can use: a priced one needs prices; without any it plans on carbon alone and says so."""
+    if objective.priced and price is None:
+        return replace(objective, carbon_price=None), NO_PRICES
+    return objective, None
 
 #: a threshold decision holds until the loop re-decides: its one segment has no planned end
 _OPEN_END = timedelta(days=36500)
@@ -67,7 +78,8 @@ def plan_work(series: Signal, figures: Sequence[ModeFigures], *, rules: PlanRule
               objective: Objective, pausable: bool, resume_overhead_s: float, now: datetime, work_s: float,
               not_before: datetime, deadline: datetime | None, running_mode: str | None = None,
               running_since: datetime | None = None, resuming: bool = False, start_now: bool = False,
-              reference_start: datetime | None = None, pace_measured: bool = True, explain: bool = True) -> RunPlan:
+              reference_start: datetime | None = None, pace_measured: bool = True, explain: bool = True,
+              price: Signal | None = None) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds, seen at ``now``.
 
     A job without a deadline starts at once: it is planned against the finish of its slowest mode
@@ -77,14 +89,16 @@ def plan_work(series: Signal, figures: Sequence[ModeFigures], *, rules: PlanRule
     the start a user would pick (the cron time); the plan leaves it only for more than ``min_gain``.
     ``pace_measured=False``: no progress report seen yet, so no pace reserve (see :func:`plan_inputs`).
     ``series`` is a forecast series or values on a grid (:mod:`scheduler.planner.grid`); ``explain=False``
-    skips the plan's sentences.
+    skips the plan's sentences. ``price``: the prices published by ``now`` (the plan is costed on them,
+    and a priced objective plans on them).
     """
     job, constraints = plan_inputs(figures, rules=rules, constraints=constraints, pausable=pausable,
                                    resume_overhead_s=resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
                                    deadline=deadline, running_mode=running_mode, running_since=running_since,
                                    resuming=resuming, start_now=start_now, reference_start=reference_start,
                                    pace_measured=pace_measured)
-    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints, explain=explain)
+    return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints, explain=explain,
+                    price=price)
 
 
 @dataclass
@@ -177,9 +191,10 @@ class Decider(Protocol):
         """The job starts again after a pause (a resume costs its overhead)."""
 
     def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
-               started_before: bool) -> RunPlan:
+               started_before: bool, price: Signal | None = None) -> RunPlan:
         """The plan from ``t`` on; ``running``/``since``: the mode in force and since when (None:
-        not running); ``started_before``: an earlier window of this job ran."""
+        not running); ``started_before``: an earlier window of this job ran; ``price``: the prices
+        published by ``t`` (None: no price source)."""
 
 
 class PlanDecider:
@@ -194,7 +209,7 @@ class PlanDecider:
         self.resume_overhead_s = spec.job.resume_overhead_s
         self.reports_progress, self.interval_s = spec.job.reports_progress, spec.interval_s
         self.notes: list[str] = []
-        self._pace_warned = False
+        self._pace_warned = self._prices_warned = False
         self.deadline, self.pausable = deadline, pausable
         self.order = [f.name for f in figures]
         self.tracker = WorkTracker(total_s=spec.job.expected_duration_s, figures={f.name: f for f in figures},
@@ -211,7 +226,7 @@ class PlanDecider:
         self.tracker.resumed(self.resume_overhead_s)
 
     def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
-               started_before: bool) -> RunPlan:
+               started_before: bool, price: Signal | None = None) -> RunPlan:
         # the flow run's start has come (deploy/serve chose it, or the user ran it now): a job that
         # cannot pause starts at once, and the plan chooses its modes
         assert isinstance(self.rules, PlanRule)
@@ -222,12 +237,17 @@ class PlanDecider:
             self._pace_warned = True
             self.notes.append(f"{t:%H:%M}: job.reports_progress is set but the job has reported no progress in "
                               f"{self.tracker.watched_s:.0f} s; the deadline margin is kept as time from now on")
+        objective, note = without_prices(self.objective, price)
+        if note and not self._prices_warned:
+            self._prices_warned = True
+            self.notes.append(f"{t:%H:%M}: {note}")
         return plan_work(series, self.tracker.planning_figures(self.order), rules=self.rules,
-                         constraints=self.constraints, objective=self.objective, pausable=self.pausable,
+                         constraints=self.constraints, objective=objective, pausable=self.pausable,
                          resume_overhead_s=self.resume_overhead_s, now=t, work_s=self.tracker.left_s, not_before=t,
                          deadline=self.deadline, running_mode=running, running_since=since,
                          start_now=not started_before and not self.pausable,
-                         resuming=started_before and running is None, pace_measured=measured, explain=self.explain)
+                         resuming=started_before and running is None, pace_measured=measured, explain=self.explain,
+                         price=price)
 
 
 class ThresholdDecider:
@@ -288,8 +308,8 @@ class ThresholdDecider:
                 self.factors[m] = max(wall / work / base, 1.0)
 
     def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
-               started_before: bool) -> RunPlan:
-        series = as_series(series)
+               started_before: bool, price: Signal | None = None) -> RunPlan:
+        series = as_series(series)  # threshold rules decide on carbon alone (a priced objective needs the planner)
         if running is None and self.first is not None:  # the flow's opening decision (first_decision)
             decision = self.first
         else:

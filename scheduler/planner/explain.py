@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from scheduler.planner.objective import ObjectiveUnits, units_of
+
 if TYPE_CHECKING:  # pragma: no cover
     from scheduler.planner import ModeFigures, Objective, PlanJob, Segment
 
@@ -25,8 +27,11 @@ def _mean(c: np.ndarray, a: float, b: float, slot_s: float) -> float:
 
 def explain(segments: "Sequence[Segment]", modes: "Sequence[ModeFigures]", c: np.ndarray, *, slot_s: float,
             now: datetime, job: "PlanJob", objective: "Objective", first_slot: int, feasible: bool,
-            margin_dropped: bool, deadline_margin_s: float) -> tuple[list[str], list[str]]:
-    """(the plan's reasons, one reason per segment)."""
+            margin_dropped: bool, deadline_margin_s: float,
+            units: ObjectiveUnits | None = None) -> tuple[list[str], list[str]]:
+    """(the plan's reasons, one reason per segment); ``c``: the slots' weights, spoken of in ``units``
+    (default: g/kWh)."""
+    u = units or units_of(None)
     reasons: list[str] = []
     if not segments:
         return ["nothing left to do"], []
@@ -49,10 +54,10 @@ def explain(segments: "Sequence[Segment]", modes: "Sequence[ModeFigures]", c: np
         if start > earliest + timedelta(seconds=1):
             there = _mean(c, first_slot * slot_s, first_slot * slot_s + dur, slot_s)
             reasons.append(f"start at {_hm(start)} rather than {_hm(earliest)}: the forecast over the run averages "
-                           f"{here:.0f} g/kWh against {there:.0f} g/kWh starting at once")
+                           f"{u.text(here)} against {u.text(there)} starting at once{u.basis}")
         else:
-            reasons.append(f"start at {_hm(start)}, the earliest allowed: no later start is forecast to be cleaner "
-                           f"overall ({here:.0f} g/kWh over the run)")
+            reasons.append(f"start at {_hm(start)}, the earliest allowed: no later start is forecast to be {u.lower} "
+                           f"overall ({u.text(here)} over the run{u.basis})")
     seg_reasons: list[str] = []
     night = _mean(c, rel(segments[0].start), rel(segments[-1].end), slot_s)
     for k, s in enumerate(segments):
@@ -63,17 +68,20 @@ def explain(segments: "Sequence[Segment]", modes: "Sequence[ModeFigures]", c: np
             if len(segments) == 1 and m.name != fastest.name:
                 saving = 1 - m.joules_per_work_s / fastest.joules_per_work_s
                 why = (f"{s.mode} throughout: {saving:.0%} less energy per unit of work than {fastest.name} outweighs "
-                       f"anything a faster finish could catch on this forecast ({g:.0f} g/kWh)")
+                       f"anything a faster finish could catch on this forecast ({u.text(g)}{u.basis})")
             else:
                 saving = 1 - m.joules_per_work_s / fastest.joules_per_work_s
-                why = f"{span} at ~{g:.0f} g/kWh: {saving:.0%} less energy per unit of work than {fastest.name}"
+                why = f"{span} at ~{u.text(g)}{u.basis}: {saving:.0%} less energy per unit of work than {fastest.name}"
         else:
             extra = m.joules_per_work_s / frugal.joules_per_work_s - 1
             if objective.time_value_g_per_h > 0:
-                why = (f"{span}: finishing sooner is worth {objective.time_value_g_per_h:g} g per hour, more than its "
+                worth = f"{objective.time_value_g_per_h:g} g" if objective.carbon_price is None else (
+                    f"{objective.time_value_per_h:.3g} {objective.currency} ({objective.time_value_g_per_h:g} g at "
+                    f"{objective.carbon_price:g} {objective.currency}/t)")
+                why = (f"{span}: finishing sooner is worth {worth} per hour, more than its "
                        f"{extra:.0%} extra energy per unit of work over {frugal.name}")
             elif g < night * (1 - extra / 2):
-                why = (f"{span}: the grid at ~{g:.0f} g/kWh is clean enough against ~{night:.0f} g/kWh for the rest "
+                why = (f"{span}: {u.what} at ~{u.text(g)} is {u.good} enough against ~{u.text(night)} for the rest "
                        f"of the run that doing work faster now beats {frugal.name}'s {extra:.0%} energy saving")
             else:
                 why = (f"{span}: the deadline leaves no room to do all the work in the slower {frugal.name} mode "
@@ -82,8 +90,8 @@ def explain(segments: "Sequence[Segment]", modes: "Sequence[ModeFigures]", c: np
         reasons.append(why)
         if k + 1 < len(segments) and segments[k + 1].start > s.end + timedelta(seconds=1):
             gap = _mean(c, rel(s.end), rel(segments[k + 1].start), slot_s)
-            reasons.append(f"pause {_hm(s.end)}-{_hm(segments[k + 1].start)}: ~{gap:.0f} g/kWh there is dirtier than "
-                           f"the run's ~{night:.0f} g/kWh by more than the {job.resume_overhead_s / 60:.0f} min resume "
+            reasons.append(f"pause {_hm(s.end)}-{_hm(segments[k + 1].start)}: ~{u.text(gap)} there is {u.higher} than "
+                           f"the run's ~{u.text(night)} by more than the {job.resume_overhead_s / 60:.0f} min resume "
                            "overhead costs")
     return reasons, seg_reasons
 

@@ -15,16 +15,16 @@ coming occurrences of a recurring job for ``gridshift serve``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, Sequence
 
 from carbon.series import IntensitySeries
 from scheduler.planner.grid import Signal, as_series
 from scheduler.planner.thresholds import Decision, decide
-from scheduler.planner.deciders import plan_work
-from scheduler.run_spec import resolve_run, rule_constraints
-from scheduler.planner import ModeFigures, Objective, PlanConstraints, RunPlan
+from scheduler.planner.deciders import plan_work, without_prices
+from scheduler.run_spec import objective_of, resolve_run, rule_constraints
+from scheduler.planner import ModeFigures, PlanConstraints, RunPlan
 from scheduler.policy.cron import next_runs
 from scheduler.policy.types import JobSpec, PlanRule, Policy
 from scheduler.service.serve import PlannedRun, nominal_runs
@@ -79,6 +79,7 @@ def plan_policy_job(
     start_now: bool = False,
     reference_start: datetime | None = None,
     pace_measured: bool = True,
+    price: Signal | None = None,
 ) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
 
@@ -90,16 +91,18 @@ def plan_policy_job(
     already running with its dwell served. ``reference_start``: the start a user would pick (the
     cron time); the plan leaves it only for more than ``rules.min_gain`` of forecast gain.
     ``pace_measured=False``: the run has seen no progress report, so the margin is kept as time
-    before the deadline even where ``job.reports_progress`` would allow a pace reserve.
+    before the deadline even where ``job.reports_progress`` would allow a pace reserve. ``price``: the
+    prices published by ``now`` (:func:`scheduler.planner.objective.price_signal`); a priced objective needs them.
     """
     constraints = plan_constraints(policy)  # refuses threshold rules
     assert isinstance(policy.rules, PlanRule)
-    return plan_work(series, figures, rules=policy.rules, constraints=constraints,
-                     objective=Objective(time_value_g_per_h=policy.objective.time_value_g_per_h),
+    objective, note = without_prices(objective_of(policy), price)
+    plan = plan_work(series, figures, rules=policy.rules, constraints=constraints, objective=objective, price=price,
                      pausable=policy.job.checkpointable if pausable is None else pausable,
                      resume_overhead_s=policy.job.resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
                      deadline=deadline, running_mode=running_mode, running_since=running_since, resuming=resuming,
                      start_now=start_now, reference_start=reference_start, pace_measured=pace_measured)
+    return replace(plan, reasons=(*plan.reasons, note)) if note else plan
 
 
 @dataclass(frozen=True)
@@ -128,14 +131,17 @@ def policy_figures(policy: Policy, *, backend: Any = None, profile: Any = None,
 
 
 def plan_start(policy: Policy, series: Signal, *, nominal: datetime, now: datetime,
-               figures: Sequence[ModeFigures] | None = None, static: str | None = None) -> StartChoice:
+               figures: Sequence[ModeFigures] | None = None, static: str | None = None,
+               price: Signal | None = None) -> StartChoice:
     """When (and in which mode) the occurrence nominally at ``nominal`` should start, seen at ``now``.
 
     The job may start from ``max(now, nominal + earliest_start_s)`` and must end by ``nominal +
     deadline_s``. ``figures`` default to :func:`policy_figures` (the GPU model's, without a device).
     ``series`` is the forecast the do-no-harm gate chose (:func:`scheduler.loop.gate.choose_forecast`);
     ``static`` (the gate's reason) when it chose none: then the cron start is kept and the run plans
-    its modes on no forecast (the static plan).
+    its modes on no forecast (the static plan). ``price``: the prices published by ``now``; under a
+    priced objective (``objective.carbon_price``) the static plan still moves the start to the cheap
+    hours (prices are known, not forecast), on ``series`` (then a flat carbon signal).
     """
     job = policy.job
     earliest = max(now, nominal + timedelta(seconds=job.earliest_start_s))
@@ -143,16 +149,18 @@ def plan_start(policy: Policy, series: Signal, *, nominal: datetime, now: dateti
     if not plans_with_planner(policy):
         d = _threshold_start(policy, as_series(series), nominal=nominal, now=now, earliest=earliest, deadline=deadline)
         return StartChoice(start_at=d.start_at, mode=d.mode, reason=d.reason)
-    if static is not None:
+    priced = policy.objective.carbon_price is not None and price is not None
+    if static is not None and not priced:
         return StartChoice(start_at=max(nominal, earliest), mode=policy.rules.clean_mode,
                            reason=f"the cron start is kept: {static}; the run plans its modes on no forecast")
     if deadline is None:
         earliest = max(now, nominal)
     plan = plan_policy_job(policy, series, figures if figures is not None else policy_figures(policy), now=now,
                            work_s=job.expected_duration_s, not_before=earliest, deadline=deadline,
-                           reference_start=max(nominal, earliest))
+                           reference_start=max(nominal, earliest), price=price)
     first_mode = plan.segments[0].mode if plan.segments else policy.rules.clean_mode
-    return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=plan.reason, plan=plan)
+    reason = plan.reason if static is None else f"carbon: {static}; planned on the published prices: {plan.reason}"
+    return StartChoice(start_at=max(plan.start, earliest), mode=first_mode, reason=reason, plan=plan)
 
 
 def _threshold_start(policy: Policy, series: IntensitySeries, *, nominal: datetime, now: datetime, earliest: datetime,
@@ -167,7 +175,8 @@ def _threshold_start(policy: Policy, series: IntensitySeries, *, nominal: dateti
 
 def plan_runs(policy: Policy, series: Signal, *, now: datetime, horizon: timedelta = timedelta(days=1),
               extra: dict[str, Any] | None = None, figures: Sequence[ModeFigures] | None = None,
-              gate: Callable[[datetime], tuple[Signal, str | None]] | None = None) -> list[PlannedRun]:
+              gate: Callable[[datetime], tuple[Signal, str | None]] | None = None,
+              price: Signal | None = None) -> list[PlannedRun]:
     """The runs of ``policy``'s recurring job whose window is open within ``horizon`` of ``now``.
 
     ``gate(nominal)``: the forecast the do-no-harm gate lets that occurrence plan on and, when it
@@ -182,7 +191,7 @@ def plan_runs(policy: Policy, series: Signal, *, now: datetime, horizon: timedel
     for nominal in nominal_runs(job.cron, now, earliest_start_s=job.earliest_start_s,
                                 deadline_s=job.deadline_s or job.expected_duration_s, horizon=horizon, tz=job.timezone):
         signal, static = gate(nominal) if gate is not None else (series, None)
-        d = plan_start(policy, signal, nominal=nominal, now=now, figures=figures, static=static)
+        d = plan_start(policy, signal, nominal=nominal, now=now, figures=figures, static=static, price=price)
         out.append(PlannedRun(key=run_key(policy, nominal), run_at=d.start_at,
                               kwargs={**(extra or {}), "nominal_start": nominal.isoformat(),
                                       "planned_start": d.start_at.isoformat()},

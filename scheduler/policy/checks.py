@@ -31,9 +31,10 @@ from carbon.errors import CarbonError
 from carbon.providers.registry import provider_names, provider_option_names
 from scheduler.policy.cron import cron_problem, timezone_problem  # re-exported: the cron is read in one place
 from scheduler.policy.did_you_mean import did_you_mean
-from scheduler.policy.types import CarbonSource, JobSpec, Mode, unknown_mode_message
+from scheduler.policy.types import CarbonSource, JobSpec, Mode, PriceSource, unknown_mode_message
 
-__all__ = ["NOTHING_TO_RUN", "Problem", "section_problems", "carbon_source_problems", "callable_problems",
+__all__ = ["NOTHING_TO_RUN", "Problem", "section_problems", "carbon_source_problems", "price_source_problems",
+           "callable_problems",
            "backend_problem", "cron_problem", "command_problem", "job_cwd"]
 
 
@@ -50,7 +51,8 @@ class Problem:
 def section_problems(*, sources: Sequence[tuple[tuple[str | int, ...], CarbonSource]] = (),
                      modes: Mapping[str, Mode] | None = None, job: Mapping[str, Any] | None = None,
                      backend_name: Any = None, base_dir: Path | None = None,
-                     rule_modes: Mapping[str, str] | None = None, mode_names: Sequence[str] = ()) -> list[Problem]:
+                     rule_modes: Mapping[str, str] | None = None, mode_names: Sequence[str] = (),
+                     price_sources: Sequence[tuple[tuple[str | int, ...], PriceSource]] = ()) -> list[Problem]:
     """The problems of each piece of a policy that can be read, whether or not the rest passed the
     schema: ``sources`` are the carbon sources (primary and fallbacks) that passed it, each with its
     location; ``modes`` the modes that did; ``job`` the job section as written (each check reads its
@@ -62,6 +64,8 @@ def section_problems(*, sources: Sequence[tuple[tuple[str | int, ...], CarbonSou
             problems.append(Problem(("rules", which), message))
     for loc, source in sources:
         problems += carbon_source_problems(source, loc)
+    for loc, price in price_sources:
+        problems += price_source_problems(price, loc)
     for name, mode in (modes or {}).items():
         problems += _clock_plan_problems(name, mode)
     if job is not None:
@@ -101,6 +105,37 @@ def carbon_source_problems(source: CarbonSource, loc: tuple[str | int, ...]) -> 
         except CarbonError as exc:
             problems.append(Problem((*loc, "options", "country"), str(exc)))
     return problems
+
+
+def price_source_problems(source: PriceSource, loc: tuple[str | int, ...]) -> list[Problem]:
+    """A price source's name and option names; a price file is read and its market known (offline checks only)."""
+    from carbon.prices.registry import price_source_names, price_source_option_names
+
+    known = price_source_names()
+    if source.provider not in known:
+        return [Problem((*loc, "provider"), f"unknown price source {source.provider!r}"
+                                             f"{did_you_mean(source.provider, known)} (known: {', '.join(known)})")]
+    accepted = price_source_option_names(source.provider) or frozenset()
+    problems = [Problem((*loc, "options", name), f"unknown option {name!r} for price source {source.provider!r}"
+                                                 f"{did_you_mean(name, accepted)} (accepted: {', '.join(sorted(accepted))})",
+                        at_key=True) for name in source.options if name not in accepted]
+    if problems or source.provider != "trace":
+        return problems
+    from carbon.errors import BadTrace
+    from carbon.prices.day_ahead import market_for
+    from carbon.prices.trace import read_price_trace
+
+    market = source.options.get("market")
+    if market is not None and market_for(str(market)) is None:
+        return [Problem((*loc, "options", "market"), f"unknown day-ahead market {market!r} (known: SDAC, ERCOT)")]
+    path = source.options.get("path")
+    if not isinstance(path, str):
+        return [Problem((*loc, "options"), "a price trace needs options.path, the price file")]
+    try:
+        read_price_trace(path, column=source.options.get("column"))
+    except BadTrace as exc:
+        return [Problem((*loc, "options", "path"), str(exc))]
+    return []
 
 
 def _trace_problems(opts: dict[str, Any], zone: str | None, source_loc: tuple[str | int, ...]) -> list[Problem]:
@@ -261,8 +296,13 @@ def policy_warnings(policy: Any) -> list[str]:
     - ``rules.slot_s`` coarser than the job's window (earliest start to deadline): the planner lays its
       slots on that grid, so no start fits inside the window, and every run is planned as one that
       cannot meet its deadline.
+    - ``objective.carbon_price`` without a ``price:`` source: runs have no prices to plan on.
     """
     out: list[str] = []
+    if policy.objective.carbon_price is not None and policy.price is None:
+        out.append("objective.carbon_price is set but the policy has no price: source: runs plan on carbon alone "
+                   "(and say so); add price: {provider: energycharts, zone: DE-LU} or another source, or simulate "
+                   "with --price-trace FILE")
     job, rules = policy.job, policy.rules
     slot_s = getattr(rules, "slot_s", None)  # the planner's grid (threshold rules have none)
     if job.deadline_s is not None and slot_s is not None:

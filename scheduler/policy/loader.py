@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from scheduler.policy.did_you_mean import closest, did_you_mean
 from scheduler.errors import PolicyError
-from scheduler.policy.types import CarbonConfig, CarbonSource, JobSpec, Mode, Policy
+from scheduler.policy.types import CarbonConfig, CarbonSource, JobSpec, Mode, Policy, PriceConfig, PriceSource
 from scheduler.policy.checks import Problem, section_problems
 
 __all__ = ["MAX_ISSUES", "PolicyIssue", "load_policy", "parse_policy", "resolve_policy_paths",
@@ -236,6 +236,19 @@ def _checkable(data: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
                 continue
             sources.append((loc, _resolve_source(source, base_dir) if base_dir is not None else source))
         out["sources"] = sources
+    price = data.get("price")
+    if isinstance(price, dict):
+        fallbacks = price.get("fallbacks")
+        pieces = [(("price",), {k: v for k, v in price.items() if k in PriceSource.model_fields})]
+        pieces += [(("price", "fallbacks", i), s) for i, s in enumerate(fallbacks)] if isinstance(fallbacks, list) else []
+        prices = []
+        for loc, raw in pieces:
+            try:
+                ps = _validate(PriceSource, raw)
+            except (ValidationError, TypeError):
+                continue
+            prices.append((loc, _resolve_source(ps, base_dir) if base_dir is not None else ps))
+        out["price_sources"] = prices
     job = data.get("job")
     if isinstance(job, dict):
         workdir = job.get("workdir")
@@ -330,7 +343,7 @@ def _absolute(path: str | Path, base_dir: Path) -> Path:
     return p if p.is_absolute() else base_dir / p
 
 
-_S = TypeVar("_S", bound=CarbonSource)
+_S = TypeVar("_S", CarbonSource, CarbonConfig, PriceSource, PriceConfig)
 
 
 def _resolve_source(source: _S, base_dir: Path) -> _S:
@@ -343,6 +356,13 @@ def _resolve_source(source: _S, base_dir: Path) -> _S:
 def _resolve_carbon(carbon: CarbonConfig, base_dir: Path) -> CarbonConfig:
     return _resolve_source(carbon, base_dir).model_copy(
         update={"fallbacks": tuple(_resolve_source(s, base_dir) for s in carbon.fallbacks)})
+
+
+def _resolve_price(price: PriceConfig | None, base_dir: Path) -> PriceConfig | None:
+    if price is None:
+        return None
+    return _resolve_source(price, base_dir).model_copy(
+        update={"fallbacks": tuple(_resolve_source(s, base_dir) for s in price.fallbacks)})
 
 
 def _resolve_job(job: JobSpec, base_dir: Path) -> JobSpec:
@@ -360,6 +380,7 @@ def resolve_policy_paths(policy: Policy, base_dir: str | Path) -> Policy:
     base = Path(base_dir).absolute()
     return policy.model_copy(update={
         "carbon": _resolve_carbon(policy.carbon, base),
+        "price": _resolve_price(policy.price, base),
         "job": _resolve_job(policy.job, base),
         "modes": {name: _resolve_mode(mode, base) for name, mode in policy.modes.items()},
     })

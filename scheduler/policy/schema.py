@@ -17,12 +17,13 @@ def policy_json_schema() -> str:
     models' types: the string form of ``command`` and the single-integer ``sm_clock_mhz`` (both
     converted by validators), ``kind`` being required to pick a rule, the two required modes, the
     keys that exclude each other, a job's command or callable (and a checkpointable job's command),
-    the known carbon providers and the cron's five fields. What no JSON schema can say (one number
+    the known carbon providers and price sources and the cron's five fields. What no JSON schema can say (one number
     below another, a mode named by a rule existing, files existing, a cron's values, a time zone,
     a backend plugin) is left to ``gridshift policy check``;
     ``tests/scheduler/test_schema_agrees_with_loader.py`` lists those cases.
     """
     from backends.registry import backend_names
+    from carbon.prices.registry import price_source_names
     from carbon.providers.registry import provider_names
 
     schema = Policy.model_json_schema()
@@ -42,6 +43,8 @@ def policy_json_schema() -> str:
                              "properties": {"checkpointable": {"const": True}, "callable": {"type": "string"}}}]}
     for source in ("CarbonSource", "CarbonConfig"):  # the providers are a closed set; backends are plugins
         defs[source]["properties"]["provider"]["enum"] = provider_names()
+    for source in ("PriceSource", "PriceConfig"):  # so are the price sources
+        defs[source]["properties"]["provider"]["enum"] = price_source_names()
     defs["BackendConfig"]["properties"]["name"]["examples"] = ["auto", *backend_names()]
     mode = defs["Mode"]
     mode["properties"]["sm_clock_mhz"]["anyOf"].insert(0, {"type": "integer"})

@@ -17,6 +17,8 @@ __all__ = [
     "Strict",
     "CarbonSource",
     "CarbonConfig",
+    "PriceSource",
+    "PriceConfig",
     "Mode",
     "AbsoluteRule",
     "RelativeRule",
@@ -58,6 +60,21 @@ class CarbonConfig(CarbonSource):
     fallbacks: tuple[CarbonSource, ...] = Field(default=(), description="tried in order when the primary fails")
     max_staleness_s: float = Field(default=3600.0, gt=0, description="older values are stale and trigger failover")
     forecast_horizon_s: float = Field(default=86400.0, gt=0, description="how far ahead to ask for a forecast")
+
+
+class PriceSource(Strict):
+    """One electricity-price source: a name, the bidding zone, and its options (carbon/prices/)."""
+
+    provider: str = Field(description="energycharts (EU bidding zones, keyless), awattar (DE, AT, keyless), trace (a price file)")
+    zone: str | None = Field(default=None, description="bidding zone: DE-LU, AT, FR, ... (Energy-Charts), DE or AT (aWATTar)")
+    base_url: str | None = Field(default=None, description="replace the source's public scheme and host (self-hosted proxies, tests)")
+    options: dict[str, Any] = Field(default_factory=dict, description="source options, e.g. path, market (SDAC, ERCOT: when prices are published), currency for trace")
+
+
+class PriceConfig(PriceSource):
+    """The price source, then fallbacks tried in order when it fails. Prices are per MWh, in one currency."""
+
+    fallbacks: tuple[PriceSource, ...] = Field(default=(), description="tried in order when the primary fails")
 
 
 class Mode(Strict):
@@ -167,9 +184,18 @@ Rule = Annotated[
 
 
 class Objective(Strict):
-    """What the planner minimises: carbon, plus an optional price of time."""
+    """What the planner minimises: carbon, plus an optional price of time; or, with ``carbon_price``,
+    cost + carbon_price x tonnes (the prices come from the policy's ``price:`` source)."""
 
-    time_value_g_per_h: float = Field(default=0.0, ge=0, description="grams CO2 one hour earlier finish is worth (0 = carbon only under the deadline)")
+    time_value_g_per_h: float = Field(default=0.0, ge=0, description="grams CO2 one hour earlier finish is worth (0 = carbon only under the deadline); with carbon_price, those grams' worth at that price")
+    carbon_price: float | None = Field(default=None, ge=0, description="currency (the prices') per tonne CO2: minimise cost + carbon_price x tonnes (0 = cost only); unset: carbon only")
+
+    @model_validator(mode="after")
+    def _time_has_a_worth(self) -> "Objective":
+        if self.carbon_price == 0 and self.time_value_g_per_h > 0:
+            raise ValueError("time_value_g_per_h is in grams, and carbon_price: 0 makes grams worth nothing: an "
+                             "earlier finish would be worth 0; give carbon_price > 0 or drop time_value_g_per_h")
+        return self
 
 
 class BatchSizeSearch(Strict):
@@ -294,6 +320,7 @@ class Policy(Strict):
     modes: dict[str, Mode]
     rules: Rule = Field(default_factory=PlanRule)
     objective: Objective = Field(default_factory=Objective)
+    price: PriceConfig | None = Field(default=None, description="electricity prices: runs report their cost; objective.carbon_price plans on them")
     job: JobSpec
     backend: BackendConfig = Field(default_factory=BackendConfig)
     sites: tuple[Site, ...] = Field(default=(), description="where the job may run; empty: wherever it is started")
@@ -321,6 +348,9 @@ class Policy(Strict):
         auto = [name for name, m in self.modes.items() if m.batch_size == "auto"]
         if auto and self.job.batch_size_search is None:
             raise ValueError(f"mode {auto[0]!r} says batch_size: auto: give job.batch_size_search (sizes, default)")
+        if self.objective.carbon_price is not None and not isinstance(self.rules, PlanRule):
+            raise ValueError(f"objective.carbon_price: the planner weighs cost and carbon; rules.kind {self.rules.kind!r} "
+                             "decides by carbon thresholds (use rules.kind: plan)")
         if self.sites and not isinstance(self.rules, PlanRule):
             raise ValueError(f"sites: the planner chooses where and when together; rules.kind {self.rules.kind!r} "
                              "decides by thresholds (use rules.kind: plan)")

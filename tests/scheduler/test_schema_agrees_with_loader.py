@@ -58,6 +58,8 @@ VALID = {
     "no rules: the planner": _with(rules=...),
     "plan rule without kind": _with(rules={"slot_s": 600}),
     "plan rule": _with(rules={"kind": "plan", "deadline_margin_s": 0}),
+    "a price source and a carbon price": _with(rules=..., objective={"carbon_price": 85},
+                                               price={"provider": "energycharts", "zone": "DE-LU"}),
     "a third mode": _with(modes__eco={"batch_size": 16, "clock_plan": "plan.json"}),
     "fallbacks": _with(carbon__fallbacks=[{"provider": "static", "options": {"country": "DEU"}}]),
     "selector": _with(modes__efficiency={"power_limit_select": "zeus_cost", "eta": 0.3}),
@@ -108,6 +110,8 @@ LOADER_ONLY = {
     "deadline leaves no room": _with(job__deadline_s=30),
     "rule names a mode that does not exist": _with(rules__clean_mode="sped"),
     "unbalanced quote in a string command": _with(job__command='python -c "pass'),
+    "a time value worth nothing at carbon price 0": _with(rules=..., objective={"carbon_price": 0, "time_value_g_per_h": 5}),
+    "a carbon price under threshold rules": _with(objective={"carbon_price": 50}),
 }
 
 
@@ -117,6 +121,7 @@ CHECKED = {
     "unknown provider": _with(carbon__provider="statik"),
     "unknown fallback provider": _with(carbon__fallbacks=[{"provider": "static"}, {"provider": "wattime"}]),
     "a cron of four fields": _with(job__cron="0 1 * *"),
+    "unknown price source": _with(price={"provider": "energychart"}),
 }
 
 
