@@ -290,7 +290,8 @@ class CarbonMonitor:
         shape = forecast if inputs[0] == label else history
         points = finer_than_hourly(tuple(shape), said[inputs[0]], hourly, fused, origin=origin, now=now) or hourly
         self.archive.record(provider=_FUSED, zone=zone, issued_at=now, points=points)
-        weights = fit.weights[:, 1:].mean(axis=1)
+        # each input's weight over the leads ahead (lead 0 is now, known); a horizon under an hour has only lead 0
+        weights = (fit.weights[:, 1:] if fit.weights.shape[1] > 1 else fit.weights).mean(axis=1)
         mix = ", ".join(f"{p} {w:.0%}" for p, w in sorted(zip(inputs, weights), key=lambda pw: -pw[1]))
         return points, _FUSED, (f"{_FUSED} forecast ({mix} of the weight), corrected and weighted on "
                                 f"{len(record)} past days of the archive")

@@ -17,8 +17,10 @@ runs recorded before it existed. What each part stands on:
   baseline overlaps them, elsewhere the source's series as read at the start (its history, then its
   forecast: ``extra.intensity_at_start``).
 
-A saving split into parts (the mode part and the timing part of ``simulate``) adds a field to
-:class:`Saving`, computed beside :func:`_baseline` from the same inputs.
+The saving in two parts (:func:`two_parts`, the one definition ``simulate`` uses too): the **mode part**,
+the baseline against the run's own modes from the nominal start (each span's energy, the spans laid end
+to end from the cron time, at the intensity recorded for those hours; modelled), and the **timing
+part**, that against the run as it ran: what choosing the start (and pausing) added.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
-__all__ = ["Saving", "grams", "mean_intensity", "run_saving", "with_saving"]
+__all__ = ["Saving", "grams", "mean_intensity", "parts_phrase", "run_saving", "two_parts", "with_saving"]
 
 #: below this share of the baseline's hours with a recorded intensity, no saving is claimed
 MIN_COVERED = 0.9
@@ -47,6 +49,7 @@ class Saving:
     baseline_end: datetime | None = None
     label: str = ""                   # what is measured and what is modelled
     why: str = ""                     # why there is no figure
+    parts: dict[str, dict[str, float | None]] | None = None   # two_parts, each part also in % of the baseline
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"baseline": self.baseline, "carbon_g": self.carbon_g, "baseline_g": self.baseline_g,
@@ -57,6 +60,8 @@ class Saving:
                                "label": self.label}
         if self.why:
             out["why"] = self.why
+        if self.parts is not None:
+            out["parts"] = self.parts
         return out
 
     def phrase(self) -> str:
@@ -66,6 +71,22 @@ class Saving:
         more_or_less = "less" if self.saved_g >= 0 else "more"
         return (f"{grams(abs(self.saved_g))} ({abs(self.saved_pct):.1f} %) {more_or_less} than {self.baseline} "
                 f"({grams(self.baseline_g or 0.0)})")
+
+
+def two_parts(baseline_g: float, static_g: float, achieved_g: float,
+              best_g: float | None = None) -> dict[str, dict[str, float | None]]:
+    """A saving in two parts: the **mode part** ``baseline - static`` (frugal modes at the nominal start
+    against the reference mode there: no carbon data needed) and the **timing part** ``static - achieved``
+    (what the start choice and re-planning add). With an optimum's grams ``best_g``, each part's share
+    of what can be had: mode ``(baseline - static) / (baseline - best)``, timing ``(static - achieved) /
+    (static - best)``; None without one, or where nothing can be had.
+    """
+    oracle_saving = baseline_g - best_g if best_g is not None else 0.0
+    timing_room = static_g - best_g if best_g is not None else 0.0
+    return {"mode": {"saving_g": baseline_g - static_g,
+                     "share": (baseline_g - static_g) / oracle_saving if oracle_saving > 0 else None},
+            "timing": {"saving_g": static_g - achieved_g,
+                       "share": (static_g - achieved_g) / timing_room if timing_room > 0 else None}}
 
 
 def grams(g: float) -> str:
@@ -138,6 +159,37 @@ def _baseline(report: dict[str, Any], figures: dict[str, dict[str, Any]], ref: s
     return energy_j, work_s / float(figures[ref]["speed"])
 
 
+def _same_start_g(report: dict[str, Any], nominal: datetime) -> float | None:
+    """The run's spans laid end to end from the nominal start, each at the intensity recorded for its
+    hours there (g), or None where under :data:`MIN_COVERED` of those hours has a recorded intensity."""
+    pieces, at, total_g, covered_s, run_s = _pieces(report), nominal, 0.0, 0.0, 0.0
+    for m in sorted(report.get("modes") or (), key=lambda m: m["start"]):
+        seconds = (_t(m["end"]) - _t(m["start"])).total_seconds()
+        g_per_kwh, covered = mean_intensity(pieces, at, at + timedelta(seconds=seconds))
+        total_g += float(m["energy_j"]) / 3.6e6 * (g_per_kwh or 0.0)
+        covered_s, run_s, at = covered_s + covered * seconds, run_s + seconds, at + timedelta(seconds=seconds)
+    return total_g if run_s > 0 and covered_s / run_s >= MIN_COVERED else None
+
+
+def _parts(baseline_g: float, report: dict[str, Any], nominal: datetime) -> dict[str, dict[str, float | None]] | None:
+    same_start_g = _same_start_g(report, nominal)
+    if same_start_g is None:
+        return None
+    parts = two_parts(baseline_g, same_start_g, float(report.get("carbon_g") or 0.0))
+    for part in parts.values():
+        part["pct"] = 100.0 * part["saving_g"] / baseline_g if baseline_g > 0 and part["saving_g"] is not None else None
+    return parts
+
+
+def parts_phrase(saving: dict[str, Any]) -> str:
+    """``mode 0.1 g (16.0 %), timing 0.03 g (4.1 %)``, or "" where the saving has no parts."""
+    parts = saving.get("parts")
+    if not parts:
+        return ""
+    return ", ".join(f"{name} {'-' if p['saving_g'] < 0 else ''}{grams(abs(p['saving_g']))} ({p['pct']:.1f} %)"
+                     for name, p in parts.items() if p.get("pct") is not None)
+
+
 def run_saving(report: dict[str, Any]) -> Saving:
     """The run's saving against the nominal start in the reference mode (see the module docstring)."""
     extra = report.get("extra") or {}
@@ -167,13 +219,21 @@ def run_saving(report: dict[str, Any]) -> Saving:
              f"{ratio} energy per unit of work, at the intensity recorded for the baseline's hours")
     return Saving(baseline, carbon_g, baseline_g=baseline_g, saved_g=saved,
                   saved_pct=100.0 * saved / baseline_g if baseline_g > 0 else 0.0, baseline_energy_j=energy_j,
-                  baseline_start=nominal, baseline_end=end, label=label)
+                  baseline_start=nominal, baseline_end=end, label=label, parts=_parts(baseline_g, report, nominal))
 
 
 def with_saving(report: dict[str, Any]) -> dict[str, Any]:
-    """``report`` with its ``saving`` (computed now for a report recorded without one)."""
-    if isinstance(report.get("saving"), dict):
-        return report
+    """``report`` with its ``saving`` (computed now for a report recorded without one, and its parts for
+    one recorded before them)."""
+    recorded = report.get("saving")
+    if isinstance(recorded, dict):
+        if "parts" in recorded or recorded.get("saved_g") is None:
+            return report
+        try:
+            parts = run_saving(report).parts
+        except (KeyError, TypeError, ValueError):
+            return report
+        return {**report, "saving": {**recorded, "parts": parts}}
     try:
         saving = run_saving(report).to_json()
     except (KeyError, TypeError, ValueError) as exc:  # a report of an older or foreign shape

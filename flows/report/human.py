@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from scheduler.saving import with_saving
+from scheduler.saving import parts_phrase, with_saving
 
 __all__ = ["IMMEDIATE_S", "human_report", "start_words", "took"]
 
@@ -59,6 +59,9 @@ def human_report(report: dict[str, Any], log_path: Path | None = None) -> str:
             verb = "saved" if saving["saved_g"] >= 0 else "cost"
             lines.append(f"  saving     {verb} {abs(saving['saved_g']):.4f} g ({abs(saving['saved_pct']):.1f} %) against "
                          f"{saving['baseline']} (baseline modelled)")
+            if parts_phrase(saving):
+                lines.append(f"  of which   {parts_phrase(saving)} (mode: these modes from the nominal start; "
+                             "timing: the start chosen)")
         else:
             lines.append(f"  saving     unknown against {saving.get('baseline', 'the baseline')}: {saving.get('why', '')}")
     else:  # nothing ran, so nothing was metered: a "0.0 J (measured)" would claim a measurement

@@ -76,6 +76,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += [f"| baseline | {saving['baseline_g']:.4f} g | modelled: the same work from the nominal start, "
                   f"{(report.get('extra') or {}).get('reference_mode', 'reference')} mode |",
                   f"| saving | {saving['saved_g']:.4f} g ({saving['saved_pct']:.1f} %) | against the baseline |"]
+        lines += [f"| {name} part | {p['saving_g']:.4f} g ({p['pct']:.1f} %) | {_PART_WORDS[name]} |"
+                  for name, p in (saving.get("parts") or {}).items() if p.get("pct") is not None]
     cost = (report.get("extra") or {}).get("cost")
     if cost:  # a policy with a price source: what the energy cost at the published prices of its hours
         lines.append(f"| cost | {cost_text(cost)} | {cost.get('label') or cost.get('error', '')} |")
@@ -111,6 +113,10 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines += ["", "_The whole report as JSON is in this artifact's raw markdown; `gridshift runs --from prefect --json` "
               "reads it._", "", _JSON_COMMENT + machine + _COMMENT_END]
     return "\n".join(lines)
+
+
+_PART_WORDS = {"mode": "modelled: the baseline against these modes from the nominal start",
+               "timing": "modelled: these modes from the nominal start against the run"}
 
 
 def _saving_sentence(saving: dict[str, Any]) -> str:

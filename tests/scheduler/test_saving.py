@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.saving import grams, mean_intensity, run_saving, with_saving
+from scheduler.saving import grams, mean_intensity, run_saving, two_parts, with_saving
 
 T0 = datetime(2026, 3, 2, 1, 0, tzinfo=timezone.utc)
 FIGURES = [{"mode": "speed", "power_w": 700.0, "speed": 1.0, "source": "model", "measured": False},
@@ -106,3 +106,23 @@ def test_mean_intensity_weighs_by_time_and_reports_coverage() -> None:
 
 def test_grams_pick_a_readable_unit() -> None:
     assert (grams(0.000123), grams(0.5), grams(12.34), grams(4321.0)) == ("0.123 mg", "500 mg", "12.3 g", "4.32 kg")
+
+
+def test_the_saving_splits_into_a_mode_part_and_a_timing_part_that_add_up() -> None:
+    # efficiency from 02:00 (200 g/kWh) where the cron hour was 500: the same spans from 01:00 would emit
+    # at 500, so the mode part is the modes' energy difference there and the timing part the rest
+    start = T0 + timedelta(hours=1)
+    points = [[T0.isoformat(), 3600, 500.0, False], [start.isoformat(), 7200, 200.0, True]]
+    report = _report([_span("efficiency", start, 4800, 420 * 4800, 200.0)], work_s=3600, points=points)
+    s = run_saving(report)
+    assert s.parts is not None and s.saved_g is not None and s.baseline_g is not None
+    mode, timing = s.parts["mode"], s.parts["timing"]
+    # baseline 3600 s of speed from 01:00 at 500; the spans from 01:00: 3600 s at 500, 1200 s at the span's 200
+    same_start_g = 420 * 4800 / 3.6e6 * (500 * 3600 + 200 * 1200) / 4800
+    assert mode["saving_g"] == pytest.approx(s.baseline_g - same_start_g)
+    assert timing["saving_g"] == pytest.approx(same_start_g - report["carbon_g"])
+    assert mode["saving_g"] + timing["saving_g"] == pytest.approx(s.saved_g)
+    assert mode["pct"] + timing["pct"] == pytest.approx(s.saved_pct)
+    assert two_parts(100.0, 80.0, 70.0, 60.0) == {"mode": {"saving_g": 20.0, "share": 0.5},
+                                                  "timing": {"saving_g": 10.0, "share": 0.5}}
+    assert with_saving({**report, "saving": {"saved_g": 1.0}})["saving"]["parts"] == s.parts  # recorded before parts
