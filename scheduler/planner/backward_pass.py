@@ -90,8 +90,12 @@ def backward(c: np.ndarray, cum: np.ndarray, energy_g: np.ndarray, F: np.ndarray
     the band of work levels that matters at each slot (``lo`` never grows with t).
     """
     M = len(energy_g)
-    slow = int(np.argmin(F[-1]))                     # credits grow with speed: this mode's are the least at every slot
-    delta = F - F[:, slow:slow + 1]
+    # the reference track: each slot's least credits over the modes (the slowest mode's, unless rounding the
+    # credits to quanta puts two near-equal speeds the other way round at some slot), so no mode's credits
+    # over any stretch of slots fall below it and every shift below is >= 0
+    step_ref = (F[1:] - F[:-1]).min(axis=1)
+    ref = np.concatenate([F[:1].min(axis=1), F[:1].min() + np.cumsum(step_ref)])
+    delta = F - ref[:, None]
     G1 = F[1:T + 1] - F[:T]                          # credits of one slot
     G = CF[:, D, :]                                  # credits of a dwell block
     # slots are taken D at a time from the last, [t0, t1); a slot's cells are laid out from its chunk's
@@ -101,7 +105,7 @@ def backward(c: np.ndarray, cum: np.ndarray, energy_g: np.ndarray, F: np.ndarray
     B_of = {t1: int(hi[max(t1 - D, 0):t1].max()) + 1 for t1 in t1s}
     t1_of = T - D * ((T - 1 - np.arange(T)) // D)
     t0_of = np.maximum(t1_of - D, 0)
-    shift = delta[:T] - delta[t0_of]                 # a mode's credits since its chunk's start beyond the slowest's
+    shift = delta[:T] - delta[t0_of]                 # a mode's credits since its chunk's start beyond the reference's
     pad = int(max(G.max(), (D + 1) * G1.max())) + 1  # room for the cells a block or a slot reads below 0 left
     A_row = np.array([A_of[t1] for t1 in t1_of.tolist()] + [A_of[T]] * (D + 1))
     col0 = np.zeros((T + D + 1, M), dtype=np.int64)
@@ -123,7 +127,7 @@ def backward(c: np.ndarray, cum: np.ndarray, energy_g: np.ndarray, F: np.ndarray
     rW = np.arange(W)
     bc = np.ascontiguousarray(((cum[D:T + D] - cum[:T])[:, None] * energy_g[None, :]).T)[:, :, None]  # a block's cost
     ce = (c[:T, None] * energy_g[None, :])[:, :, None]                                               # a slot's cost
-    lo_l, hi_l, gs_l = lo.tolist(), hi.tolist(), G1[:, slow].tolist()
+    lo_l, hi_l, gs_l = lo.tolist(), hi.tolist(), step_ref[:T].tolist()
     live_l = (hi >= lo).tolist()
     Rf = int(G.max()) + 1
     gmax = int(G1.max())
@@ -179,7 +183,7 @@ def backward(c: np.ndarray, cum: np.ndarray, energy_g: np.ndarray, F: np.ndarray
             term = np.where((r > 0) & (r <= g), cost, _INF)
         c0, c1 = pad, pad + cw
         # the slot after the chunk is laid out from its own chunk: each mode's cells move by its credits
-        # over this chunk beyond the slowest mode's, and by the two chunks' lowest levels
+        # over this chunk beyond the reference's, and by the two chunks' lowest levels
         off = c0 - gs_l[t1 - 1] - (delta[t1] - delta[t0]) + (A - later[t1])
         src = flat.take(((t1 * M + modes) * width + off)[:, None] + kk)
         for t in range(t1 - 1, t0 - 1, -1):
