@@ -24,11 +24,12 @@ import numpy as np
 from carbon.series import as_utc
 from scheduler.planner.explain import explain as explain_plan
 from scheduler.planner.grid import Signal, signal_end, slot_values
-from scheduler.planner.slot_plan import account, fastest_slots
+from scheduler.planner.power_cap import PowerCap, cap_mask, cap_reasons
+from scheduler.planner.slot_plan import account, fastest_allowed, fastest_slots
 from scheduler.planner.solve import choose_quantum, solve_slots
 
-__all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "Segment", "RunPlan", "pace_reserve_holds", "plan_run",
-           "plan_slots"]
+__all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "PowerCap", "Segment", "RunPlan", "pace_reserve_holds",
+           "plan_run", "plan_slots"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class ModeFigures:
     speed: float     # work per wall second in reference (clean-mode) seconds: 1.0 = the clean mode, 0.8 = 1.25x slower
     source: str = "unspecified"
     measured: bool = False
+    only_under_cap: bool = False  # a power limit between the policy's modes: used only where a power cap binds
 
     @property
     def joules_per_work_s(self) -> float:
@@ -136,14 +138,17 @@ class RunPlan:
 
 def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
                objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints(),
-               explain: bool = True) -> RunPlan:
+               explain: bool = True, power_cap: PowerCap | None = None) -> RunPlan:
     """:func:`plan_run` on intensities already cut into slots of ``constraints.slot_s`` from ``now``.
 
     ``intensity`` must cover the deadline (or the whole horizon of a job without one). ``explain=False``
     skips the sentences (the simulator re-plans thousands of times and reads only the slots).
+    ``power_cap``: the run's power headroom over time (:mod:`scheduler.planner.power_cap`): in each slot
+    only the modes whose power fits it; modes ``only_under_cap`` only where it binds.
     """
     now = as_utc(now)
     slot = float(constraints.slot_s)
+    modes, mask = _modes_under_cap(list(modes), power_cap, job.running_mode, now, slot, len(intensity))
     names = [m.name for m in modes]
     power = np.array([m.power_w for m in modes], dtype=float)
     speed = np.array([m.speed for m in modes], dtype=float)
@@ -164,7 +169,8 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     common = dict(slot_s=slot, work_s=job.work_s, first_start=first, dwell_slots=dwell, pausable=job.pausable,
                   resume_overhead_s=job.resume_overhead_s, resuming=job.resuming,
                   time_value_g_per_h=objective.time_value_g_per_h, running_mode=running, running_forced_slots=forced,
-                  quantum_s=choose_quantum(speed, slot, job.work_s, max_rounding=constraints.max_rounding))
+                  quantum_s=choose_quantum(speed, slot, job.work_s, max_rounding=constraints.max_rounding),
+                  allowed=mask)
     margin_dropped = False
 
     def solve(margin_s: float):  # type: ignore[no-untyped-def]
@@ -181,7 +187,8 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
 
     sp = None
     as_reserve = False
-    if constraints.pace_tolerance > 0 and constraints.deadline_margin_s > 0 and job.deadline is not None:
+    # under a cap the fastest mode is not always allowed, which the pace reserve counts on
+    if constraints.pace_tolerance > 0 and constraints.deadline_margin_s > 0 and job.deadline is not None and mask is None:
         # the margin as a pace reserve: the plan may use the time up to the deadline while, from every
         # point of it, the work left still fits at the fastest mode slowed by pace_tolerance
         left_s = (as_utc(job.deadline) - now).total_seconds()
@@ -196,7 +203,12 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     if not sp.feasible and constraints.deadline_margin_s > 0:
         sp = solve_slots(intensity, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
         margin_dropped = sp.feasible
-    if not sp.feasible:
+    if not sp.feasible and mask is not None:  # the fastest finish the cap allows
+        sp = fastest_allowed(0 if running is not None else first, job.work_s, speed, power, slot, mask,
+                             pausable=job.pausable, running=running is not None,
+                             resuming=job.pausable and job.resuming and running is None,
+                             resume_overhead_s=job.resume_overhead_s if job.pausable else 0.0)
+    elif not sp.feasible:
         # a paused job that starts again resumes: the fastest finish does the resume's work too
         overhead = job.resume_overhead_s if job.pausable and job.resuming and running is None else 0.0
         sp = fastest_slots(0 if running is not None and forced else first, job.work_s, speed, slot,
@@ -237,6 +249,9 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
         reasons.append(f"it may finish within the {constraints.deadline_margin_s / 60:.0f} min deadline margin: the job "
                        f"reports its progress, so the margin is kept as a pace reserve (a slowdown of up to "
                        f"{constraints.pace_tolerance:.0%} seen at the next re-plan is caught up in faster modes)")
+    if mask is not None and power_cap:
+        reasons, seg_reasons = cap_reasons(reasons, seg_reasons, built, list(modes), power_cap, now=now,
+                                           feasible=feasible, deadline=job.deadline)
     if sp.rounding > constraints.max_rounding:
         reasons.append(f"warning: the planner's work count of this plan is off by {sp.rounding:.1%} of the work, more "
                        f"than its {constraints.max_rounding:.0%} bound, so the plan may cost that much more than "
@@ -246,6 +261,23 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     return RunPlan(start=start, segments=tuple(built), energy_j=energy, carbon_g=carbon, finish=finish,
                    feasible=feasible, reasons=tuple(reasons), slot_modes=slot_modes, rounding=sp.rounding,
                    max_rounding=constraints.max_rounding)
+
+
+def _modes_under_cap(modes: list[ModeFigures], cap: PowerCap | None, running: str | None, now: datetime,
+                     slot_s: float, n: int) -> tuple[list[ModeFigures], np.ndarray | None]:
+    """The modes to plan with and the cap's (slots, modes) mask (None: the cap refuses nothing).
+
+    Modes only for a cap are dropped where no cap binds, but for the one running now: it stays, refused
+    in every slot, so the run leaves it at once (the cap that called for it has ended)."""
+    mask = cap_mask(cap.slot_headroom(now, slot_s, n), modes) if cap else None
+    if mask is not None or not any(m.only_under_cap for m in modes):
+        return modes, mask
+    kept = [m for m in modes if not m.only_under_cap or m.name == running]
+    if len(kept) == len([m for m in modes if not m.only_under_cap]):
+        return kept, None
+    mask = np.ones((n, len(kept)), dtype=bool)
+    mask[:, [m.name for m in kept].index(str(running))] = False
+    return kept, mask
 
 
 def pace_reserve_holds(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, work_s: float, left_s: float,
@@ -289,13 +321,14 @@ def pace_reserve_holds(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, w
 
 def plan_run(series: Signal, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
              objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints(),
-             explain: bool = True) -> RunPlan:
+             explain: bool = True, power_cap: PowerCap | None = None) -> RunPlan:
     """The carbon-optimal plan for ``job`` on the forecast ``series`` (see the module docstring).
 
     ``series`` is an intensity series or values on a grid (:mod:`scheduler.planner.grid`), averaged
     into slots of ``constraints.slot_s`` from ``now``; past its end the last value is carried forward.
     Without a deadline the horizon is the series' end, stretched when needed so that the slowest mode
-    can finish. ``explain=False`` skips the sentences (see :func:`plan_slots`).
+    can finish. ``explain=False`` skips the sentences and ``power_cap`` limits the power per slot (see
+    :func:`plan_slots`).
     """
     if not modes:
         raise ValueError("plan_run needs at least one mode")
@@ -310,4 +343,5 @@ def plan_run(series: Signal, job: PlanJob, modes: Sequence[ModeFigures], *, now:
     need = lead + (job.work_s + job.resume_overhead_s) / slowest + 2 * max(constraints.min_dwell_s, slot)
     n = max(int(math.ceil(max((end - now).total_seconds(), need if job.deadline is None else 0.0) / slot)) + 1, 1)
     intensity = slot_values(series, now, slot, n)
-    return plan_slots(intensity, job, modes, now=now, objective=objective, constraints=constraints, explain=explain)
+    return plan_slots(intensity, job, modes, now=now, objective=objective, constraints=constraints, explain=explain,
+                      power_cap=power_cap)

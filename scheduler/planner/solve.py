@@ -89,12 +89,16 @@ def solve_slots(
     running_forced_slots: int = 0,
     quantum_s: float | None = None,
     last_start: int | None = None,
+    allowed: np.ndarray | None = None,
 ) -> SlotPlan:
     """Optimal slot schedule (see the module docstring). ``intensity`` covers at least ``deadline_slots``.
 
     ``running_mode``: the job is running in this mode now and must hold it ``running_forced_slots``
     more slots (its dwell). ``resuming``: the job is paused with work done, so starting again is a resume.
     ``last_start``: no start after this slot (``first_start == last_start`` fixes the start).
+    ``allowed``: a (slots, modes) mask, False where a mode may not run in a slot (a power cap's
+    headroom there, :mod:`scheduler.planner.power_cap`); slots past its end allow every mode. A
+    running mode the mask refuses within its dwell leaves at once (the cap outranks the dwell).
     """
     M = len(power_w)
     T = int(deadline_slots)
@@ -116,6 +120,15 @@ def solve_slots(
     c = np.zeros(T + D + 1)
     c[:T] = intensity[:T]
     cum = np.concatenate(([0.0], np.cumsum(c)))
+    # refused[t, m]: mode m may not run in slot t; bad[t, m]: how many slots before t refuse it
+    refused = np.zeros((T + D + 1, M), dtype=bool)
+    if allowed is not None:
+        n_ok = min(len(allowed), T + D + 1)
+        refused[:n_ok] = ~np.asarray(allowed, dtype=bool)[:n_ok]
+    masked = bool(refused.any())
+    bad = np.concatenate((np.zeros((1, M), dtype=np.int64), np.cumsum(refused, axis=0)))
+    if masked and running_mode is not None and bad[min(int(running_forced_slots), T + D + 1), running_mode] > 0:
+        running_forced_slots = 0
 
     # Values are flat arrays over (mode, work left in quanta); the cell (m, 0) is "done" and stays 0,
     # so every transition that finishes reads it and adds its own finishing cost.
@@ -140,6 +153,9 @@ def solve_slots(
     ends = tj + fb
     fin_all = energy_g[None, :, None] * (cum[tj] - cum[ts][:, None, None] + fb * c[tj]) + tv * ends
     fin_all[ends > T + 1e-9] = inf
+    if masked:  # a finishing block needs its mode allowed from its entry to its finishing slot
+        fin_all[(bad[tj + 1, mix] - bad[tix, mix]) > 0] = inf
+    block_refused = (bad[ts + D] - bad[ts]) > 0                                          # (T, M): a whole dwell block
     fin_mask = (rf[None, None, :] <= CF[:, D, :, None]) & (rf[None, None, :] > 0)
 
     V = np.full((T + D + 1, M * W), inf)
@@ -178,6 +194,8 @@ def solve_slots(
         cont += c[t] * e_c[:, a:b]
         if tv:
             cont += tv * (f_c[:, a:b] + t * (f_c[:, a:b] > 0))
+        if masked:
+            cont[refused[t]] = inf
         G = CF[t, D]
         key = G.tobytes()
         if key not in block_of:
@@ -185,6 +203,8 @@ def solve_slots(
         idx_b, e_b = block_of[key]
         block = V[t + D].take(idx_b[:, a:b])
         block += (cum[t + D] - cum[t]) * e_b[:, a:b]
+        if masked:
+            block[block_refused[t]] = inf
         if a < Rf:
             n = min(b, Rf) - a
             np.copyto(block[:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
@@ -204,6 +224,8 @@ def solve_slots(
     Fl, cl, el = F.tolist(), c.tolist(), energy_g.tolist()
 
     def cont_value(t: int, m: int, left: int) -> float:
+        if refused[t, m]:
+            return inf
         gm = Fl[t + 1][m] - Fl[t][m]
         if left <= gm:
             f = left / gm
@@ -215,6 +237,8 @@ def solve_slots(
         for m in range(M):
             if left <= CF[t, D, m]:
                 out[m] = fin_all[t, m, left]
+            elif block_refused[t, m]:
+                out[m] = inf
             else:
                 out[m] = energy_g[m] * (cum[t + D] - cum[t]) + V[t + D][m * W + left - int(CF[t, D, m])]
         return out
@@ -322,8 +346,10 @@ def solve_slots(
     if best is None:
         return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
     need_s = work_s + best.resumes * resume_overhead_s * pausable
+    ok = ~refused if masked else None
     merged = merge_runs(best, c, energy_g, speed, slot_s=slot_s, T=T, tv=tv, need_s=need_s,
-                        frozen=running_forced_slots if running_mode is not None else 0)
+                        frozen=running_forced_slots if running_mode is not None else 0, allowed=ok)
     if running_mode is not None:
         return merged
-    return earliest_start(merged, c, energy_g, speed, slot_s=slot_s, first_start=first_start, tv=tv, need_s=need_s)
+    return earliest_start(merged, c, energy_g, speed, slot_s=slot_s, first_start=first_start, tv=tv, need_s=need_s,
+                          allowed=ok)
