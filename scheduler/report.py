@@ -94,7 +94,9 @@ def settings_phrase(settings: tuple[SpanSetting, ...] | list[SpanSetting]) -> st
 @dataclass(frozen=True)
 class ModeSpan(_TimedJson):
     """One stretch of a run in one mode. ``settings`` is the plain phrase of the human report;
-    ``settings_detail`` the same settings structured (:class:`SpanSetting`), for ``--json``."""
+    ``settings_detail`` the same settings structured (:class:`SpanSetting`), for ``--json``.
+    ``cap_w``: the run's power headroom when the span began (a site's or machine's cap, a grid
+    event; None: no cap), which its mean power (``energy_j`` over its length) keeps under."""
 
     mode: str
     start: datetime
@@ -105,6 +107,13 @@ class ModeSpan(_TimedJson):
     g_per_kwh: float | None = None
     carbon_g: float = 0.0
     settings_detail: tuple[SpanSetting, ...] = ()
+    cap_w: float | None = None
+
+    @property
+    def power_w(self) -> float:
+        """Mean power over the span (W), from its energy."""
+        s = (self.end - self.start).total_seconds()
+        return self.energy_j / s if s > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
         d = super().to_json()

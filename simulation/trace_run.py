@@ -18,6 +18,7 @@ from scheduler.loop.loop import DEFER_PAUSES_OVER_S, SignalReading, run_loop
 from scheduler.planner import ModeFigures, RunPlan
 from scheduler.planner.deciders import Decider
 from scheduler.planner.grid import GridSignal
+from scheduler.planner.power_cap import CapWindow, PowerCap
 
 __all__ = ["TraceDriver", "run_job_on_trace"]
 
@@ -31,7 +32,8 @@ class TraceDriver:
     """A job on the true trace, under a virtual clock. ``figures``: the modes as the job really runs them."""
 
     def __init__(self, truth: GridSignal, figures: Sequence[ModeFigures], *, work_s: float, read: Reader,
-                 reports_progress: bool, resume_overhead_s: float = 0.0) -> None:
+                 reports_progress: bool, resume_overhead_s: float = 0.0,
+                 events: Sequence[tuple[float, CapWindow]] = ()) -> None:
         assert truth.epoch is not None
         self.truth, self.epoch = truth, truth.epoch
         self.by_name = {f.name: f for f in figures}
@@ -43,6 +45,8 @@ class TraceDriver:
         self.mode: str | None = None
         self.spans: list[tuple[float, float, int]] = []  # (start_s, end_s, mode index) in trace seconds
         self.carbon_g = self.energy_j = 0.0
+        # grid events: (trace second the run hears of it, its cap window), heard in that order
+        self.events = sorted(events, key=lambda e: e[0])
 
     def seconds(self) -> float:
         return (self.clock - self.epoch).total_seconds()
@@ -68,10 +72,16 @@ class TraceDriver:
     def switch(self, mode: str, reason: str) -> None:
         self.mode = mode
 
+    def power_cap(self, t: datetime) -> PowerCap:
+        at = (t - self.epoch).total_seconds()
+        return PowerCap(tuple(w for heard, w in self.events if heard <= at + 1e-6))
+
     def wait(self, timeout_s: float) -> int | None:
         assert self.mode is not None
         fig = self.by_name[self.mode]
         a = self.seconds()
+        # an event heard meanwhile wakes the loop, as the product's event watch does
+        timeout_s = min([timeout_s] + [heard - a for heard, _ in self.events if a + 1e-6 < heard < a + timeout_s])
         need = self.left_s / fig.speed
         if need <= timeout_s:
             self.clock += timedelta(seconds=need)
