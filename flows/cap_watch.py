@@ -191,7 +191,7 @@ def cap_summary(spans: Sequence[ModeSpan], watch: CapWatch | None) -> dict[str, 
         for s in sorted(spans, key=lambda s: s.start):
             if s.end <= begin or (e.end is not None and s.start >= e.end):
                 continue
-            if allowed is not None and s.power_w <= allowed + 1e-6:
+            if allowed is not None and (s.power_w or 0.0) <= allowed + 1e-6:
                 under = max(s.start, begin)
                 break
         events.append({**e.to_json(), "cap_w_for_this_run": allowed,
@@ -199,8 +199,8 @@ def cap_summary(spans: Sequence[ModeSpan], watch: CapWatch | None) -> dict[str, 
                        "heard_after_s": (heard - begin).total_seconds() if heard is not None else None,
                        "under_cap_at": under.isoformat() if under is not None else None,
                        "response_s": (under - begin).total_seconds() if under is not None else None})
-    return {"held": all(s.power_w <= (s.cap_w or 0.0) + 1e-6 for s in capped),
-            "min_headroom_w": min((s.cap_w - s.power_w for s in capped if s.cap_w is not None), default=None),
+    return {"held": all((s.power_w or 0.0) <= (s.cap_w or 0.0) + 1e-6 for s in capped),
+            "min_headroom_w": min((s.cap_w - (s.power_w or 0.0) for s in capped if s.cap_w is not None), default=None),
             "spans_capped": len(capped), "events": events,
             "label": "span power: the backend's meter (modelled on a simulated GPU); caps as the run knew them"}
 

@@ -140,7 +140,8 @@ class ModeSpans:
             g = reading.current.g_per_kwh
         span = ModeSpan(mode=self.mode, start=self.since, end=end, reason=self.reason, settings=self.described,
                         energy_j=window.energy_j, g_per_kwh=g, carbon_g=joules_to_grams(window.energy_j, g),
-                        settings_detail=self.detail, cap_w=self.cap_w)
+                        settings_detail=self.detail, cap_w=self.cap_w,
+                        power_w=window.energy_j / max((end - self.since).total_seconds(), 1e-9))
         run.spans.append(span)
         return span
 

@@ -96,7 +96,8 @@ class ModeSpan(_TimedJson):
     """One stretch of a run in one mode. ``settings`` is the plain phrase of the human report;
     ``settings_detail`` the same settings structured (:class:`SpanSetting`), for ``--json``.
     ``cap_w``: the run's power headroom when the span began (a site's or machine's cap, a grid
-    event; None: no cap), which its mean power (``energy_j`` over its length) keeps under."""
+    event; None: no cap), which its ``power_w`` keeps under: the mean power the meter saw over the
+    span (its energy may later be put on the model's clock, see :mod:`flows.supervise`; not this)."""
 
     mode: str
     start: datetime
@@ -108,12 +109,7 @@ class ModeSpan(_TimedJson):
     carbon_g: float = 0.0
     settings_detail: tuple[SpanSetting, ...] = ()
     cap_w: float | None = None
-
-    @property
-    def power_w(self) -> float:
-        """Mean power over the span (W), from its energy."""
-        s = (self.end - self.start).total_seconds()
-        return self.energy_j / s if s > 0 else 0.0
+    power_w: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = super().to_json()

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from carbon.events.event import MACHINE, BadEvent, GridEvent, parse_duration
 from carbon.series import as_utc
@@ -96,7 +97,7 @@ def events_from_openadr(data: Any, *, now: datetime, scope: str = MACHINE, where
 
 
 def read_openadr(source: str, *, now: datetime, scope: str = MACHINE, client: Any = None,
-                 program: str | None = None) -> list[GridEvent]:
+                 program: str | None = None, sleep: Callable[[float], None] = time.sleep) -> list[GridEvent]:
     """The capacity limits of the OpenADR 3 events in a file, or at a VTN (``http(s)://.../events``,
     read as the carbon providers read: retries on 429/5xx, one clear CarbonError; a bearer token from
     ``GRIDSHIFT_OPENADR_TOKEN``). ``program``: only that program's events (the ``programID`` query)."""
@@ -105,7 +106,7 @@ def read_openadr(source: str, *, now: datetime, scope: str = MACHINE, client: An
 
         base, _, last = source.rstrip("/").rpartition("/")
         token = os.environ.get(OPENADR_TOKEN_ENV)
-        api = JsonApi(provider="openadr", base_url=base, client=client,
+        api = JsonApi(provider="openadr", base_url=base, client=client, sleep=sleep,
                       headers={"Authorization": f"Bearer {token}"} if token else None)
         try:
             data = api.get_json(last, params={"programID": program} if program else None)

@@ -164,8 +164,9 @@ def fastest_allowed(first_start: int, work_s: float, speed: np.ndarray, power_w:
     A slot that allows no mode is waited through when the job may wait there (``pausable``, or not
     started yet: a job that cannot pause starts where its whole run finds a mode in every slot, else
     where it finishes first); a started job that cannot pause runs it in its least-power mode, over
-    the cap (the caller says so). Past the mask's end the fastest mode runs. Each wait after running is
-    a resume, and so is the first start of a paused job (``resuming``): each adds ``resume_overhead_s``.
+    the cap (the caller says so). Past the mask's end its last slot's holds (a cap known to last past
+    the horizon). Each wait after running is a resume, and so is the first start of a paused job
+    (``resuming``): each adds ``resume_overhead_s``.
     """
     order = [int(m) for m in np.argsort(-speed, kind="stable")]
     least = int(np.argmin(power_w))
@@ -175,7 +176,8 @@ def fastest_allowed(first_start: int, work_s: float, speed: np.ndarray, power_w:
         resumes = 1 if resuming and resume_overhead_s > 0 else 0
         need, done, out, over = work_s + resumes * resume_overhead_s, 0.0, [], 0
         while done < need - 1e-9:
-            ok = [m for m in order if allowed[t, m]] if t < len(allowed) else order
+            row = allowed[min(t, len(allowed) - 1)] if len(allowed) else None
+            ok = [m for m in order if row[m]] if row is not None else order
             if not ok and (pausable or not started):
                 out.append(WAIT)
                 t += 1
