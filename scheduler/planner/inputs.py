@@ -25,6 +25,7 @@ from scheduler.planner.thresholds import Decision, decide
 from scheduler.planner.deciders import plan_work
 from scheduler.run_spec import resolve_run, rule_constraints
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, RunPlan
+from scheduler.planner.power_cap import PowerCap
 from scheduler.policy.cron import next_runs
 from scheduler.policy.types import JobSpec, PlanRule, Policy
 from scheduler.service.serve import PlannedRun, nominal_runs
@@ -79,6 +80,7 @@ def plan_policy_job(
     start_now: bool = False,
     reference_start: datetime | None = None,
     pace_measured: bool = True,
+    power_cap: PowerCap | None = None,
 ) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
 
@@ -91,6 +93,7 @@ def plan_policy_job(
     cron time); the plan leaves it only for more than ``rules.min_gain`` of forecast gain.
     ``pace_measured=False``: the run has seen no progress report, so the margin is kept as time
     before the deadline even where ``job.reports_progress`` would allow a pace reserve.
+    ``power_cap``: the run's power headroom over time (a site's cap less the other runs' bookings).
     """
     constraints = plan_constraints(policy)  # refuses threshold rules
     assert isinstance(policy.rules, PlanRule)
@@ -99,7 +102,8 @@ def plan_policy_job(
                      pausable=policy.job.checkpointable if pausable is None else pausable,
                      resume_overhead_s=policy.job.resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
                      deadline=deadline, running_mode=running_mode, running_since=running_since, resuming=resuming,
-                     start_now=start_now, reference_start=reference_start, pace_measured=pace_measured)
+                     start_now=start_now, reference_start=reference_start, pace_measured=pace_measured,
+                     power_cap=power_cap)
 
 
 @dataclass(frozen=True)
