@@ -25,7 +25,7 @@ from carbon.series import as_utc
 from scheduler.planner.explain import explain as explain_plan
 from scheduler.planner.grid import Signal, signal_end, slot_values
 from scheduler.planner.power_cap import PowerCap, cap_mask, cap_reasons
-from scheduler.planner.slot_plan import account, fastest_allowed, fastest_slots
+from scheduler.planner.slot_plan import account, fastest_allowed, fastest_slots, fits
 from scheduler.planner.solve import choose_quantum, solve_slots
 
 __all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "PowerCap", "Segment", "RunPlan", "pace_reserve_holds",
@@ -203,11 +203,18 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     if not sp.feasible and constraints.deadline_margin_s > 0:
         sp = solve_slots(intensity, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
         margin_dropped = sp.feasible
-    if not sp.feasible and mask is not None:  # the fastest finish the cap allows
-        sp = fastest_allowed(0 if running is not None else first, job.work_s, speed, power, slot, mask,
+    over_cap = False
+    if not sp.feasible and mask is not None and power_cap:  # the fastest finish the cap allows
+        # past the horizon too: a run that must wait for headroom waits as long as the cap's windows say
+        ahead = [(w.end - now).total_seconds() for w in power_cap.windows if w.end is not None]
+        n_ext = len(intensity) + int(math.ceil((max(ahead, default=0.0) + job.work_s / float(speed.min())) / slot)) + 1
+        mask_ext = cap_mask(power_cap.slot_headroom(now, slot, n_ext), modes)
+        mask_ext = mask if mask_ext is None else mask_ext
+        sp = fastest_allowed(0 if running is not None else first, job.work_s, speed, power, slot, mask_ext,
                              pausable=job.pausable, running=running is not None,
                              resuming=job.pausable and job.resuming and running is None,
                              resume_overhead_s=job.resume_overhead_s if job.pausable else 0.0)
+        over_cap = not fits(sp.modes, mask_ext)
     elif not sp.feasible:
         # a paused job that starts again resumes: the fastest finish does the resume's work too
         overhead = job.resume_overhead_s if job.pausable and job.resuming and running is None else 0.0
@@ -235,7 +242,7 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
                              energy_j=float(e), carbon_g=g, reason=""))
     start = built[0].start if built else at(first * slot)
     finish = at(finish_s) if built else start
-    feasible = sp.feasible or (job.deadline is not None and finish <= as_utc(job.deadline))
+    feasible = (sp.feasible or (job.deadline is not None and finish <= as_utc(job.deadline))) and not over_cap
     if job.deadline is None:
         feasible = True
     if not explain:
@@ -251,7 +258,7 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
                        f"{constraints.pace_tolerance:.0%} seen at the next re-plan is caught up in faster modes)")
     if mask is not None and power_cap:
         reasons, seg_reasons = cap_reasons(reasons, seg_reasons, built, list(modes), power_cap, now=now,
-                                           feasible=feasible, deadline=job.deadline)
+                                           feasible=feasible, deadline=job.deadline, over_cap=over_cap)
     if sp.rounding > constraints.max_rounding:
         reasons.append(f"warning: the planner's work count of this plan is off by {sp.rounding:.1%} of the work, more "
                        f"than its {constraints.max_rounding:.0%} bound, so the plan may cost that much more than "

@@ -149,13 +149,15 @@ def cap_mask(headroom: np.ndarray, figures: "Sequence[ModeFigures]") -> np.ndarr
 
 def cap_reasons(reasons: list[str], seg_reasons: list[str], segments: "Sequence[Segment]",
                 figures: "Sequence[ModeFigures]", cap: PowerCap, *, now: datetime, feasible: bool,
-                deadline: datetime | None) -> tuple[list[str], list[str]]:
+                deadline: datetime | None, over_cap: bool = False) -> tuple[list[str], list[str]]:
     """The plan's sentences with the cap's: what it is, each segment it shapes, and, when the deadline
     cannot be met under it, that the cap is why (in place of the planner's "even the fastest mode")."""
     by_name = {f.name: f for f in figures}
     hungriest = max((f.power_w for f in figures if not f.only_under_cap), default=math.inf)
-    out = [f"power cap: {cap.describe(now)}; no slot of the plan draws more"]
-    if not feasible and segments:
+    out = [f"power cap: {cap.describe(now)}; " + ("the job cannot pause and draws more than the cap at its least "
+                                                   "power: it runs at its least, over the cap" if over_cap
+                                                   else "no slot of the plan draws more")]
+    if not feasible and segments and not over_cap:
         late = (segments[-1].end - deadline).total_seconds() / 60 if deadline is not None else 0.0
         out.append(f"the deadline cannot be met under the power cap: the fastest plan it allows finishes at "
                    f"{segments[-1].end:%H:%M} UTC, {late:.0f} min late")
