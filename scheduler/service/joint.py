@@ -183,7 +183,7 @@ def _exact(runs: Sequence[CapRun], modes: Sequence[ModeFigures], *, now: datetim
     horizon = max(int((r.deadline - now).total_seconds() // slot) for r in runs)
     reserved = reservations([(r.not_before, r.deadline, r.work_s, r.policy.job.gpus) for r in runs], modes, room,
                             now=now, slot_s=slot, gpus_free=site.gpus_per_node - sum(b.gpus for b in fixed),
-                            weights=slot_intensity(runs[0].series, now, slot, max(horizon, 1)))
+                            weights=slot_intensity(runs[0].series, now, slot, max(horizon, 1)), time_limit_s=10.0)
     if reserved is None:
         return best
     cand = plan_in_order(runs, order, modes, now=now, fixed=fixed, reserve=dict(enumerate(reserved)),

@@ -7,9 +7,9 @@ every slot within the site's headroom and their GPUs within the node's. Its answ
 reservation per run and slot; each run is then planned by the planner itself inside the cap less the
 other runs' reservations, which always leaves room for its own (see :func:`reservations`).
 
-Needs ``highspy`` (``pip install 'gridshift[milp]'``, in the dev extras); without it, or past
-``max_cells`` variables or ``time_limit_s``, there is no answer (None) and the joint plan keeps the
-best order it found. The minimum dwell is not modelled here (one slot): the planner's plans inside the
+Needs ``highspy`` (``pip install 'gridshift[milp]'``, in the dev extras); without it, past ``max_cells``
+variables, or with no plan found within ``time_limit_s``, there is no answer (None) and the joint plan
+keeps the best order it found. The minimum dwell is not modelled here (one slot): the planner's plans inside the
 reservations keep it, and may miss where only a shorter dwell fits.
 """
 
@@ -24,7 +24,22 @@ import numpy as np
 from scheduler.planner import ModeFigures
 from scheduler.planner.power_cap import PowerCap
 
-__all__ = ["reservations"]
+__all__ = ["plan_exists", "reservations"]
+
+
+#: whether the last :func:`reservations` call proved that no plan exists (not merely found none)
+_status = [False]
+
+
+def plan_exists(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequence[ModeFigures],
+                headroom: PowerCap, *, now: datetime, slot_s: float, gpus_free: int,
+                time_limit_s: float = 60.0) -> bool | None:
+    """Whether a plan meeting every deadline exists (True/False), or None when the solver could not tell."""
+    found = reservations(windows, modes, headroom, now=now, slot_s=slot_s, gpus_free=gpus_free,
+                         time_limit_s=time_limit_s)
+    if found is not None:
+        return True
+    return False if _status[0] else None
 
 
 def reservations(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequence[ModeFigures],
@@ -34,7 +49,7 @@ def reservations(windows: Sequence[tuple[datetime, datetime, float, int]], modes
     plan meeting every deadline within ``headroom``; None when there is none, or no solver to say.
 
     ``weights``: a cost per slot per W (the forecast), so that of the plans that meet every deadline the
-    reservations follow the cleanest hours."""
+    reservations follow the cleanest hours; None asks only whether one exists (much faster)."""
     try:
         import highspy
     except ImportError:
@@ -47,9 +62,10 @@ def reservations(windows: Sequence[tuple[datetime, datetime, float, int]], modes
     power = np.array([m.power_w for m in modes])
     speed = np.array([m.speed for m in modes])
     room = headroom.slot_headroom(now, slot_s, T)
-    cost_t = np.ones(T) if weights is None else np.asarray(weights, dtype=float)[:T]
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    cost_t = np.zeros(T) if weights is None else np.asarray(weights, dtype=float)[:T]
+    from plans.dvfs.oracle import silent_highs
+
+    h = silent_highs(highspy)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", 1e-3)
     X = lambda i, t, m: (i * T + t) * M + m  # noqa: E731
@@ -92,7 +108,9 @@ def reservations(windows: Sequence[tuple[datetime, datetime, float, int]], modes
     h.addRows(len(rows[0]), np.array(rows[0]), np.array(rows[1]), len(rows[3]), np.array(rows[2], dtype=np.int32),
               np.array(rows[3], dtype=np.int32), np.array(rows[4]))
     h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+    _status[0] = h.getModelStatus() == highspy.HighsModelStatus.kInfeasible
+    # optimal, or a plan meeting every deadline found before the time limit (its carbon not proven least)
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and h.getInfo().primal_solution_status != 2:
         return None
     x = np.asarray(h.getSolution().col_value)[:nx].reshape(N, T, M)
     at = lambda t: now + timedelta(seconds=t * slot_s)  # noqa: E731
