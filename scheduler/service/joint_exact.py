@@ -26,39 +26,46 @@ from scheduler.planner.power_cap import PowerCap
 
 __all__ = ["plan_exists", "reservations"]
 
-
-#: whether the last :func:`reservations` call proved that no plan exists (not merely found none)
-_status = [False]
+#: per run, the power (start, end, W) it may take in each slot
+Reserved = list[tuple[tuple[datetime, datetime, float], ...]]
 
 
 def plan_exists(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequence[ModeFigures],
                 headroom: PowerCap, *, now: datetime, slot_s: float, gpus_free: int,
                 time_limit_s: float = 60.0) -> bool | None:
     """Whether a plan meeting every deadline exists (True/False), or None when the solver could not tell."""
-    found = reservations(windows, modes, headroom, now=now, slot_s=slot_s, gpus_free=gpus_free,
-                         time_limit_s=time_limit_s)
+    found, infeasible = _solve(windows, modes, headroom, now=now, slot_s=slot_s, gpus_free=gpus_free,
+                               weights=None, max_cells=400_000, time_limit_s=time_limit_s)
     if found is not None:
         return True
-    return False if _status[0] else None
+    return False if infeasible else None
 
 
 def reservations(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequence[ModeFigures],
                  headroom: PowerCap, *, now: datetime, slot_s: float, gpus_free: int, weights: np.ndarray | None = None,
-                 max_cells: int = 40_000, time_limit_s: float = 20.0) -> list[tuple[tuple[datetime, datetime, float], ...]] | None:
+                 max_cells: int = 40_000, time_limit_s: float = 20.0) -> Reserved | None:
     """Per run (``(not_before, deadline, work_s, gpus)``), the power (start, end, W) it may take per slot in a
     plan meeting every deadline within ``headroom``; None when there is none, or no solver to say.
 
     ``weights``: a cost per slot per W (the forecast), so that of the plans that meet every deadline the
     reservations follow the cleanest hours; None asks only whether one exists (much faster)."""
+    return _solve(windows, modes, headroom, now=now, slot_s=slot_s, gpus_free=gpus_free, weights=weights,
+                  max_cells=max_cells, time_limit_s=time_limit_s)[0]
+
+
+def _solve(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequence[ModeFigures],
+           headroom: PowerCap, *, now: datetime, slot_s: float, gpus_free: int, weights: np.ndarray | None,
+           max_cells: int, time_limit_s: float) -> tuple[Reserved | None, bool]:
+    """(:func:`reservations`' answer, whether the solver proved that no plan exists)."""
     try:
         import highspy
     except ImportError:
-        return None
+        return None, False
     first = [max(int(math.ceil((a - now).total_seconds() / slot_s - 1e-9)), 0) for a, _, _, _ in windows]
     end = [int(math.floor((d - now).total_seconds() / slot_s + 1e-9)) for _, d, _, _ in windows]
     T, M, N = max(end, default=0), len(modes), len(windows)
     if T <= 0 or N * T * M > max_cells:
-        return None
+        return None, False
     power = np.array([m.power_w for m in modes])
     speed = np.array([m.speed for m in modes])
     room = headroom.slot_headroom(now, slot_s, T)
@@ -108,11 +115,11 @@ def reservations(windows: Sequence[tuple[datetime, datetime, float, int]], modes
     h.addRows(len(rows[0]), np.array(rows[0]), np.array(rows[1]), len(rows[3]), np.array(rows[2], dtype=np.int32),
               np.array(rows[3], dtype=np.int32), np.array(rows[4]))
     h.run()
-    _status[0] = h.getModelStatus() == highspy.HighsModelStatus.kInfeasible
+    infeasible = h.getModelStatus() == highspy.HighsModelStatus.kInfeasible
     # optimal, or a plan meeting every deadline found before the time limit (its carbon not proven least)
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and h.getInfo().primal_solution_status != 2:
-        return None
+        return None, infeasible
     x = np.asarray(h.getSolution().col_value)[:nx].reshape(N, T, M)
     at = lambda t: now + timedelta(seconds=t * slot_s)  # noqa: E731
     return [tuple((at(t), at(t + 1), float(power[int(np.argmax(x[i, t]))])) for t in range(T) if x[i, t].max() > 0.5)
-            for i in range(N)]
+            for i in range(N)], False
