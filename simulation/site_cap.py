@@ -174,7 +174,8 @@ def simulate_site_cap(policy: Policy, site: str, truth: IntensitySeries, modes: 
         if exact:
             from scheduler.service.joint_exact import plan_exists
 
-            found = plan_exists([(opens, deadline, job.expected_duration_s, job.gpus)] * runs, modes,
+            due = deadline - timedelta(seconds=getattr(pol.rules, "deadline_margin_s", 0.0))  # what the planner plans for
+            found = plan_exists([(opens, due, job.expected_duration_s, job.gpus)] * runs, modes,
                                 site_headroom(pol.sites[0], held) or PowerCap(), now=opens, slot_s=slot,
                                 gpus_free=pol.sites[0].gpus_per_node)
             if found is None:

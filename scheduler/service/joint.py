@@ -14,7 +14,8 @@ too little headroom left. :func:`plan_together` re-plans the runs not started ye
    theirs (always within the cap; it meets every deadline that fits in a share);
 6. the exact answer (:mod:`scheduler.service.joint_exact`, a MILP): if any plan meets every deadline,
    its power per run and slot is reserved, and each run is planned inside the cap less the others'
-   reservations, which leaves room for its own.
+   reservations, which leaves room for its own; if the planner cannot follow it (its minimum dwell),
+   the exact plan with one mode per run and the site's changeover after each run.
 
 Every candidate is the product's placement run per run (the same planner, the same headroom); the
 first with no miss in that order wins (the least carbon among the orders of step 2 when several have
@@ -25,7 +26,7 @@ exact MILP of the joint problem (``benchmarks/exact_site_cap.py``) on small case
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Mapping, Sequence
 
 from carbon.series import IntensitySeries
@@ -181,14 +182,25 @@ def _exact(runs: Sequence[CapRun], modes: Sequence[ModeFigures], *, now: datetim
     if room is None:
         return best
     horizon = max(int((r.deadline - now).total_seconds() // slot) for r in runs)
-    reserved = reservations([(r.not_before, r.deadline, r.work_s, r.policy.job.gpus) for r in runs], modes, room,
-                            now=now, slot_s=slot, gpus_free=site.gpus_per_node - sum(b.gpus for b in fixed),
-                            weights=slot_intensity(runs[0].series, now, slot, max(horizon, 1)), time_limit_s=10.0)
-    if reserved is None:
-        return best
-    cand = plan_in_order(runs, order, modes, now=now, fixed=fixed, reserve=dict(enumerate(reserved)),
-                         how="inside the exact joint plan's reservations (MILP)")
-    return cand if _better(cand, best) else best
+    # the deadline the planner plans for: the policy's margin before the run's deadline
+    due = [r.deadline - timedelta(seconds=getattr(r.policy.rules, "deadline_margin_s", 0.0)) for r in runs]
+    windows = [(r.not_before, d, r.work_s, r.policy.job.gpus) for r, d in zip(runs, due)]
+    weights = slot_intensity(runs[0].series, now, slot, max(horizon, 1))
+    # first the least constrained joint plan; where the planner cannot follow it (the MILP switches modes
+    # every slot, the planner keeps a minimum dwell), one mode per run with the changeover after each
+    for how, steady in (("", False), (", one mode per run", True)):
+        reserved = reservations(windows, modes, room, now=now, slot_s=slot,
+                                gpus_free=site.gpus_per_node - sum(b.gpus for b in fixed), weights=weights,
+                                time_limit_s=10.0, steady=steady, changeover=steady and site.changeover_s > 0)
+        if reserved is None:
+            continue
+        cand = plan_in_order(runs, order, modes, now=now, fixed=fixed, reserve=dict(enumerate(reserved)),
+                             how=f"inside the exact joint plan's reservations (MILP{how})")
+        if _better(cand, best):
+            best = cand
+        if best.misses == 0:
+            break
+    return best
 
 
 def one_site(policy: Policy, site: str) -> Policy:

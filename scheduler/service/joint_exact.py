@@ -43,19 +43,25 @@ def plan_exists(windows: Sequence[tuple[datetime, datetime, float, int]], modes:
 
 def reservations(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequence[ModeFigures],
                  headroom: PowerCap, *, now: datetime, slot_s: float, gpus_free: int, weights: np.ndarray | None = None,
-                 max_cells: int = 40_000, time_limit_s: float = 20.0) -> Reserved | None:
+                 max_cells: int = 40_000, time_limit_s: float = 20.0, steady: bool = False,
+                 changeover: bool = False) -> Reserved | None:
     """Per run (``(not_before, deadline, work_s, gpus)``), the power (start, end, W) it may take per slot in a
     plan meeting every deadline within ``headroom``; None when there is none, or no solver to say.
 
     ``weights``: a cost per slot per W (the forecast), so that of the plans that meet every deadline the
-    reservations follow the cleanest hours; None asks only whether one exists (much faster)."""
+    reservations follow the cleanest hours; None asks only whether one exists (much faster).
+
+    ``steady``: each run in one mode throughout (a plan the planner's minimum dwell always allows), and
+    with ``changeover`` its power counted one more slot past its end (the site's changeover, which
+    placement books after a run's last segment)."""
     return _solve(windows, modes, headroom, now=now, slot_s=slot_s, gpus_free=gpus_free, weights=weights,
-                  max_cells=max_cells, time_limit_s=time_limit_s)[0]
+                  max_cells=max_cells, time_limit_s=time_limit_s, steady=steady, changeover=changeover)[0]
 
 
 def _solve(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequence[ModeFigures],
            headroom: PowerCap, *, now: datetime, slot_s: float, gpus_free: int, weights: np.ndarray | None,
-           max_cells: int, time_limit_s: float) -> tuple[Reserved | None, bool]:
+           max_cells: int, time_limit_s: float, steady: bool = False,
+           changeover: bool = False) -> tuple[Reserved | None, bool]:
     """(:func:`reservations`' answer, whether the solver proved that no plan exists)."""
     try:
         import highspy
@@ -78,8 +84,12 @@ def _solve(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequ
     X = lambda i, t, m: (i * T + t) * M + m  # noqa: E731
     nx = N * T * M
     U = lambda i, t: nx + i * T + t  # noqa: E731
-    n = nx + N * T
+    Y = lambda i, m: nx + N * T + i * M + m  # noqa: E731  (steady: run i's one mode)
+    W = lambda i, t, m: nx + N * T + N * M + (i * T + t) * M + m  # noqa: E731  (its changeover slot after it ends)
+    n = nx + N * T + (N * M if steady else 0) + (nx if steady and changeover else 0)
     ub, cost = np.zeros(n), np.zeros(n)
+    if steady:
+        ub[nx + N * T:] = 1.0
     for i in range(N):
         for t in range(first[i], min(end[i], T)):
             ub[[X(i, t, m) for m in range(M)]] = 1.0
@@ -87,7 +97,8 @@ def _solve(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequ
             ub[U(i, t)] = 1.0
     h.addVars(n, np.zeros(n), ub)
     h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
-    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
+    ints = nx + N * T + (N * M if steady else 0)  # the changeover columns are continuous (0 or 1 at the optimum)
+    h.changeColsIntegrality(ints, np.arange(ints, dtype=np.int32), np.full(ints, highspy.HighsVarType.kInteger))
     inf = highspy.kHighsInf
     rows: tuple[list[float], list[float], list[int], list[int], list[float]] = ([], [], [], [], [])
 
@@ -105,13 +116,24 @@ def _solve(windows: Sequence[tuple[datetime, datetime, float, int]], modes: Sequ
             prev = [X(i, t - 1, m) for m in range(M)] if t else []
             row(0.0, inf, [U(i, t)] + here + prev, [1.0] + [-1.0] * M + [1.0] * len(prev))
         row(-inf, 1.0, [U(i, t) for t in range(T)], [1.0] * T)
+        if steady:
+            row(-inf, 1.0, [Y(i, m) for m in range(M)], [1.0] * M)
+            for t in range(T):
+                for m in range(M):
+                    row(-inf, 0.0, [X(i, t, m), Y(i, m)], [1.0, -1.0])
+                    if changeover and t:  # W >= x[t-1, m] - (running at t)
+                        row(0.0, inf, [W(i, t, m), X(i, t - 1, m)] + [X(i, t, k) for k in range(M)],
+                            [1.0, -1.0] + [1.0] * M)
         row(work_s / 3600.0, inf, [X(i, t, m) for t in range(T) for m in range(M)],
             [speed[m] * slot_s / 3600.0 for _ in range(T) for m in range(M)])
     for t in range(T):
         cols = [X(i, t, m) for i in range(N) for m in range(M)]
+        if steady and changeover:
+            cols += [W(i, t, m) for i in range(N) for m in range(M)]
+        k = len(cols) // (N * M)
         if math.isfinite(room[t]):
-            row(-inf, room[t] / 1000.0, cols, [power[m] / 1000.0 for _ in range(N) for m in range(M)])
-        row(-inf, float(gpus_free), cols, [float(windows[i][3]) for i in range(N) for _ in range(M)])
+            row(-inf, room[t] / 1000.0, cols, [power[m] / 1000.0 for _ in range(k * N) for m in range(M)])
+        row(-inf, float(gpus_free), cols, [float(windows[i][3]) for _ in range(k) for i in range(N) for _ in range(M)])
     h.addRows(len(rows[0]), np.array(rows[0]), np.array(rows[1]), len(rows[3]), np.array(rows[2], dtype=np.int32),
               np.array(rows[3], dtype=np.int32), np.array(rows[4]))
     h.run()

@@ -108,7 +108,7 @@ def site_headroom(site: Site, bookings: Sequence[Booking]) -> PowerCap | None:
     """``site``'s power cap less the power the runs placed there booked, over time (None: no cap).
 
     A booking without its power counts its GPUs' share of the cap throughout; booked segments count
-    from their start to their end plus the site's changeover (a run that starts a little late)."""
+    from their start to their end, the last one plus the site's changeover (a run that starts a little late)."""
     cap = site.power_cap_w
     if cap is None:
         return None
@@ -118,7 +118,10 @@ def site_headroom(site: Site, bookings: Sequence[Booking]) -> PowerCap | None:
         if b.site != site.name:
             continue
         if b.power:
-            pieces += [(a, e + pad, w) for a, e, w in b.power]
+            # the changeover follows the run's end only (a piece that ends where the next begins is not padded:
+            # that would count the run twice at every mode change)
+            last = max(e for _, e, _ in b.power)
+            pieces += [(a, e + pad if e >= last else e, w) for a, e, w in b.power]
         else:
             pieces.append((b.start, b.end + pad, cap * b.gpus / site.gpus_per_node))
     windows = [CapWindow(cap, f"site {site.name}'s power cap of {cap:.0f} W")]

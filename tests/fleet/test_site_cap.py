@@ -122,3 +122,21 @@ def test_no_miss_wherever_the_exact_joint_plan_meets_every_deadline() -> None:
             feasible += 1
             assert joint.misses == 0, (case, specs, cap, joint.how)
     assert feasible >= 8  # the cases are not all infeasible (the comparison means something)
+
+
+def test_the_exact_reservations_one_mode_per_run_keep_the_cap_with_the_changeover() -> None:
+    from scheduler.planner.power_cap import PowerCap, CapWindow
+    from scheduler.service.joint_exact import plan_exists, reservations
+
+    windows = [(NOW, NOW + timedelta(hours=8), 3 * 3600.0, 1)] * 3
+    cap = PowerCap((CapWindow(1000.0, "test"),))
+    got = reservations(windows, MODES, cap, now=NOW, slot_s=SLOT, gpus_free=8, steady=True, changeover=True)
+    assert got is not None
+    load = np.zeros(40)
+    for run in got:
+        assert len({w for _, _, w in run}) == 1                       # one mode throughout
+        slots = sorted(int((a - NOW).total_seconds() // SLOT) for a, _, _ in run)
+        assert slots == list(range(slots[0], slots[-1] + 1))          # no gap: the job cannot pause
+        load[slots[0]:slots[-1] + 2] += run[0][2]                      # its changeover slot counted too
+    assert load.max() <= 1000.0 + 1e-6
+    assert plan_exists(windows, MODES, PowerCap((CapWindow(200.0, "test"),)), now=NOW, slot_s=SLOT, gpus_free=8) is False
