@@ -96,7 +96,6 @@ from flows.cli import profile as _profile  # noqa: E402,F401
 from flows.cli import simulate as _simulate  # noqa: E402,F401
 from flows.cli import deploy as _deploy  # noqa: E402,F401
 from flows.cli import simulate_sites as _simulate_sites  # noqa: E402,F401
-from flows.cli import curtail as _curtail  # noqa: E402,F401
 
 
 #: ``gridshift --help`` lists the commands in these groups, in this order (a new command must pick one)
