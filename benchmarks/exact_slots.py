@@ -123,13 +123,14 @@ def exact_slots(c: np.ndarray, power_w: np.ndarray, speed: np.ndarray, *, slot_s
 
 def exact_dp(c: np.ndarray, power_w: np.ndarray, units_per_slot: np.ndarray, *, slot_s: float, work_units: int,
              first_start: int, deadline_slots: int, dwell_slots: int = 1, pausable: bool = False,
-             resume_units: int = 0) -> float:
+             resume_units: int = 0, allowed: np.ndarray | None = None) -> float:
     """The optimal carbon (grams) of the same problem by dynamic programming on exact work.
 
     Each mode's work in a slot is a whole number of units (``units_per_slot``: speeds that are
     multiples of 1/n of the reference mode's slot work), so nothing is rounded: the value at every
     (slot, mode, slots held, units left) is exact. Fast enough for year-long benchmarks and
     real-size tests, where :func:`exact_slots` (the MILP) is not; tests check the two agree.
+    ``allowed``: a (slots, modes) mask, False where a mode may not run in a slot (a power cap).
     """
     c = np.asarray(c, dtype=float)
     g = np.asarray(units_per_slot, dtype=np.int64)
@@ -148,6 +149,10 @@ def exact_dp(c: np.ndarray, power_w: np.ndarray, units_per_slot: np.ndarray, *, 
     def step(nxt: np.ndarray, m: int, t: int) -> np.ndarray:
         """Running m in slot t, then ``nxt`` (values over units left): finishing inside t costs its share."""
         out = np.empty(R + 1)
+        if allowed is not None and t < len(allowed) and not allowed[t, m]:
+            out[:] = inf
+            out[0] = 0.0
+            return out
         gm = int(g[m])
         out[: gm + 1] = e[m] * c[t] * r[: gm + 1] / gm
         out[gm + 1:] = e[m] * c[t] + nxt[1: R + 1 - gm]

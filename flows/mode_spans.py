@@ -53,6 +53,9 @@ class ModeSpans:
         self.described = ""
         self.detail: tuple[SpanSetting, ...] = ()
         self.reason = ""
+        # the run's power headroom at a time (flows.cap_watch), recorded on each span; None: no cap
+        self.cap_at: Callable[[datetime], float] | None = None
+        self.cap_w: float | None = None
 
     def job_env(self, mode: str) -> dict[str, str]:
         """The environment a job started in ``mode`` gets (mode, batch size, clock plan, profiles)."""
@@ -125,6 +128,8 @@ class ModeSpans:
         self.log(f"mode {mode}: {described}")
         self.meter.begin(f"{mode}@{len(run.spans)}")
         self.mode, self.since, self.described, self.reason = mode, self.now(), described, reason
+        room = self.cap_at(self.since) if self.cap_at is not None else float("inf")
+        self.cap_w = room if room != float("inf") else None
 
     def close(self) -> ModeSpan:
         run, reading = self.run, self.reading
@@ -135,7 +140,8 @@ class ModeSpans:
             g = reading.current.g_per_kwh
         span = ModeSpan(mode=self.mode, start=self.since, end=end, reason=self.reason, settings=self.described,
                         energy_j=window.energy_j, g_per_kwh=g, carbon_g=joules_to_grams(window.energy_j, g),
-                        settings_detail=self.detail)
+                        settings_detail=self.detail, cap_w=self.cap_w,
+                        power_w=window.energy_j / max((end - self.since).total_seconds(), 1e-9))
         run.spans.append(span)
         return span
 

@@ -37,6 +37,7 @@ from backends.base import Backend
 from backends.types import Capabilities
 from carbon.monitor import CarbonMonitor, Reading
 from carbon.prices import PriceReader
+from flows.cap_watch import CapWatch, cap_summary
 from flows.job.process import JobHandle
 from flows.job.mode_file import ModeFileChannel
 from flows.mode_spans import ModeSpans
@@ -50,6 +51,7 @@ from scheduler.planner.deciders import make_decider
 from scheduler.planner.thresholds import Decision
 from scheduler.planner.mode_figures import limit_modes
 from scheduler.planner import ModeFigures, RunPlan
+from scheduler.planner.power_cap import PowerCap
 from scheduler.policy.types import Policy
 from scheduler.report import ModeSpan, RunWindow
 from scheduler.run_spec import RunSpec, resolve_run
@@ -119,6 +121,8 @@ def run_job(
     mode_file: ModeFileChannel | None = None,
     choice: ForecastChoice = ForecastChoice(),
     prices: PriceReader | None = None,
+    cap_watch: CapWatch | None = None,
+    cap_figures: Sequence[ModeFigures] = (),
 ) -> SupervisedRun:
     """Run one job to its end (or, see ``defer_pauses_over_s``, to a long planned pause).
 
@@ -139,6 +143,9 @@ def run_job(
     and whether it was confirmed (:mod:`flows.job.span_settings`). ``choice``: the forecast the
     planner plans on (:func:`scheduler.loop.gate.choose_forecast`; default: the monitor's own).
     ``prices``: the price chain (default: the spec's price source, read and closed here).
+    ``cap_watch``: the run's power cap and the grid events it hears (:mod:`flows.cap_watch`): a change
+    re-plans at once, within the watch's poll; ``cap_figures``: the power limits the planner may set
+    under a cap (:meth:`scheduler.run_spec.RunSpec.cap_figures`).
     """
     run = out if out is not None else SupervisedRun()
     channel = mode_file if mode_file is not None else ModeFileChannel(
@@ -154,17 +161,18 @@ def run_job(
                           reading=first_reading, clock_plans=clock_plans, power_profile=power_profile,
                           fingerprint=fingerprint, profile_dir=profile_dir, channel=channel)
         decider = make_decider(spec, list(figures or ()), deadline=deadline, pausable=pausable,
-                               done_s=run.work_done_s, first=first, slowdown=slowdown)
-        if decider.planned:  # the profile's measured limits are candidate modes of the planner
-            modes.table.update({k: v for k, v in limit_modes(list(figures or ())).items() if k not in modes.table})
+                               done_s=run.work_done_s, first=first, slowdown=slowdown, cap_figures=cap_figures)
+        if decider.planned:  # the profile's measured limits and the cap's power limits are candidate modes
+            modes.table.update({k: v for k, v in limit_modes([*(figures or ()), *cap_figures]).items()
+                                if k not in modes.table})
             run.extra["mode_figures"] = [{"mode": f.name, "power_w": f.power_w, "speed": f.speed, "source": f.source,
                                           "measured": f.measured} for f in figures or ()]
         if choice.reason and decider.planned:
             run.extra["forecast_choice"] = {"label": choice.label, "reason": choice.reason}
             log(f"forecast: {choice.reason}")
         driver = _JobDriver(spec, modes, monitor=monitor, start_job=start_job, now=now, log=log, sleep=sleep,
-                            progress=progress, figures=figures or (), deadline=deadline, planned=decider.planned,
-                            first_read=not run.windows, prices=prices)
+                            progress=progress, figures=[*(figures or ()), *cap_figures], deadline=deadline,
+                            planned=decider.planned, first_read=not run.windows, prices=prices, watch=cap_watch)
         outcome = run_loop(decider, driver, interval_s=spec.interval_s, pausable=pausable,
                            defer_pauses_over_s=defer_pauses_over_s, choice=choice, windows_before=len(run.windows),
                            clean_mode=spec.clean_mode)
@@ -192,6 +200,8 @@ def run_job(
                 run.extra["cost"] = cost
             if own_prices:
                 prices.close()
+        if (capped := cap_summary(run.spans, cap_watch)) is not None:
+            run.extra["power_cap"] = capped
 
 
 def supervise(*, policy: Policy, **kwargs: Any) -> SupervisedRun:
@@ -206,7 +216,7 @@ class _JobDriver:
                  start_job: Callable[[dict[str, str]], JobHandle], now: Callable[[], datetime], log: Callable[[str], None],
                  sleep: Callable[[float], None], progress: Callable[[], float | None] | None,
                  figures: Sequence[ModeFigures], deadline: datetime | None, planned: bool, first_read: bool,
-                 prices: PriceReader | None = None) -> None:
+                 prices: PriceReader | None = None, watch: CapWatch | None = None) -> None:
         self.spec, self.modes, self.run, self.monitor = spec, modes, modes.run, monitor
         self.prices, self._price, self._prices_down = prices, None, False
         self._start_job, self.now, self.log, self.sleep, self._progress = start_job, now, log, sleep, progress
@@ -216,6 +226,11 @@ class _JobDriver:
         self._entered = False
         self._window_start = now()
         self._spans_before = 0
+        self.watch = watch
+        if watch is not None:
+            watch.power_now = lambda: self.figures[self.modes.mode].power_w if self.modes.mode in self.figures else 0.0
+            watch.warn = self.warn
+            modes.cap_at = lambda t: watch.cap(t).at(t)
 
     def read(self, t: datetime) -> SignalReading | None:
         if self._unread:
@@ -266,7 +281,18 @@ class _JobDriver:
 
     def wait(self, timeout_s: float) -> int | None:
         assert self.handle is not None
-        return self.handle.wait(timeout_s=timeout_s)
+        if self.watch is None:
+            return self.handle.wait(timeout_s=timeout_s)
+        # in steps of the watch's poll, so a grid event wakes the loop within one
+        end = self.now().timestamp() + timeout_s
+        while True:
+            left = end - self.now().timestamp()
+            rc = self.handle.wait(timeout_s=max(min(self.watch.poll_s, left), 0.0))
+            if rc is not None or left <= self.watch.poll_s or self.watch.poll():
+                return rc
+
+    def power_cap(self, t: datetime) -> PowerCap:
+        return self.watch.cap(t) if self.watch is not None else PowerCap()
 
     def progress(self) -> float | None:
         return self._progress() if self._progress is not None else None
@@ -307,7 +333,16 @@ class _JobDriver:
 def _note_plan(plan: RunPlan, run: SupervisedRun, *, t: datetime, deadline: datetime | None,
                log: Callable[[str], None], first: bool, planned: bool) -> None:
     """Warnings a plan calls for (once each), and the run's first plan and reason for the report."""
-    if not plan.feasible:
+    capped = next((r for r in plan.reasons if r.startswith("power cap: ")), None)
+    if not plan.feasible and capped is not None and deadline is not None:
+        cap = capped.removeprefix("power cap: ").split("; no slot")[0]
+        note = (f"{t:%H:%M}: the deadline {deadline:%Y-%m-%d %H:%M} UTC cannot be met under the power cap ({cap}); "
+                f"running the fastest plan the cap allows (planned end {plan.finish:%H:%M} UTC, "
+                f"{max((plan.finish - deadline).total_seconds(), 0) / 60:.0f} min late)")
+        if not any("cannot be met under the power cap" in w for w in run.warnings):
+            log(f"warning: {note}")
+            run.warnings.append(note)
+    elif not plan.feasible:
         note = (f"{t:%H:%M}: the deadline {deadline:%Y-%m-%d %H:%M} UTC cannot be met even at full speed; "
                 f"running the fastest finish (planned end {plan.finish:%H:%M} UTC)") if deadline else ""
         if note and not any("cannot be met" in w for w in run.warnings):

@@ -35,6 +35,7 @@ from flows.job.process import JobFailed, JobHandle, start_callable, start_comman
 from flows.job.mode_file import ModeFileChannel
 from flows.run.run_ids import new_run_id
 from flows.sources import forecast_choice, monitor_for
+from flows.cap_watch import cap_watch_for
 from flows.supervise import PROGRESS_ENV, SupervisedRun, progress_file_reader, run_job
 from flows.job.trials import CostWatchedJob, begin_trial
 from flows.job.windows import CHECKPOINT_DIR_ENV, DEFER_MIN_S, checkpoint_dir, flow_run_deployment, resumed_run
@@ -112,7 +113,8 @@ def wait_until(start_at: datetime, now: Callable[[], datetime] = _utcnow, sleep:
 @task(name="run job under policy", cache_policy=NO_CACHE)
 def run_supervised(spec: RunSpec, backend: Backend, control: bool, monitor: CarbonMonitor, decision: Decision | None,
                    reading: Reading, deadline: datetime | None, out: SupervisedRun, prepared: "_Prepared", run_id: str,
-                   defer_pauses_over_s: float | None, ledger_path: str | None, nominal: datetime) -> SupervisedRun:
+                   defer_pauses_over_s: float | None, ledger_path: str | None, nominal: datetime,
+                   placement: dict[str, Any] | None = None) -> SupervisedRun:
     logger = get_run_logger()
     choice = _forecast_choice(spec, monitor, prepared.figures, reading, nominal)
     caps = backend.capabilities()
@@ -147,14 +149,17 @@ def run_supervised(spec: RunSpec, backend: Backend, control: bool, monitor: Carb
     out.extra.setdefault("mode_figures", [{"mode": f.name, "power_w": f.power_w, "speed": f.speed, "source": f.source,
                                            "measured": f.measured} for f in prepared.figures])
     progress = progress_file_reader(progress_path)
+    watch = cap_watch_for(spec, run_id, placement)
+    cap_figures = spec.cap_figures(backend=backend, profile=prepared.power_profile) if spec.planned else []
     try:
         run = run_job(spec=spec, backend=backend, caps=caps, control=control, monitor=monitor, first=decision,
                       first_reading=reading, start_job=start_job, now=_utcnow, log=logger.info, deadline=deadline,
                       out=out, progress=progress, clock_plans=prepared.clock_plans,
                       power_profile=prepared.power_profile, fingerprint=job.fingerprint, profile_dir=profiles_dir(),
                       figures=prepared.figures, pausable=job.pausable, defer_pauses_over_s=defer_pauses_over_s,
-                      mode_file=channel, choice=choice)
+                      mode_file=channel, choice=choice, cap_watch=watch, cap_figures=cap_figures)
     finally:
+        watch.close()
         if (seen := progress.summary()) is not None:  # the job's progress reached the decisions
             out.extra["job_progress"] = seen
         if trial is not None:  # recorded whatever happened, so a pending trial never lingers
@@ -362,7 +367,7 @@ def carbon_aware_training(
         # second signal while the job is stopped or the report is written cannot leave them changed
         uninstall_signal_restore = install_restore_handlers(backend, log=logger.warning)
         run_supervised(spec, backend, prepared.control, monitor, decision, reading, deadline, run, prepared, run_id,
-                       defer_over_s, ledger_path, nominal)
+                       defer_over_s, ledger_path, nominal, (report_extra or {}).get("placement"))
     except BaseException as exc:  # the report is still written, then the flow fails
         errors.append(exc)
     ended = _utcnow()

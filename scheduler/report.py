@@ -94,7 +94,10 @@ def settings_phrase(settings: tuple[SpanSetting, ...] | list[SpanSetting]) -> st
 @dataclass(frozen=True)
 class ModeSpan(_TimedJson):
     """One stretch of a run in one mode. ``settings`` is the plain phrase of the human report;
-    ``settings_detail`` the same settings structured (:class:`SpanSetting`), for ``--json``."""
+    ``settings_detail`` the same settings structured (:class:`SpanSetting`), for ``--json``.
+    ``cap_w``: the run's power headroom when the span began (a site's or machine's cap, a grid
+    event; None: no cap), which its ``power_w`` keeps under: the mean power the meter saw over the
+    span (its energy may later be put on the model's clock, see :mod:`flows.supervise`; not this)."""
 
     mode: str
     start: datetime
@@ -105,6 +108,8 @@ class ModeSpan(_TimedJson):
     g_per_kwh: float | None = None
     carbon_g: float = 0.0
     settings_detail: tuple[SpanSetting, ...] = ()
+    cap_w: float | None = None
+    power_w: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = super().to_json()

@@ -18,7 +18,7 @@ here, in one place, the way black resolves its options into one ``Mode``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Mapping
@@ -52,6 +52,7 @@ class JobRun:
     resume_overhead_s: float
     fingerprint: str                # job name + command: keys the stored power profiles and trials
     batch_size_search: BatchSizeSearch | None = None
+    gpus: int = 1                   # GPUs the job uses (its share of a machine's or site's power cap)
 
     def deadline(self, nominal: datetime) -> datetime | None:
         """The latest finish of the occurrence nominally at ``nominal`` (None: no deadline)."""
@@ -85,6 +86,7 @@ class RunSpec:
     auto_power: bool = False        # some mode chooses its power limit from a profile (``power_limit_select``)
     auto_batch_size: bool = False   # some mode's batch size is proposed per run (``batch_size: auto``)
     clock_plan_paths: Mapping[str, Path] = field(default_factory=dict)  # each mode's DVFS plan file
+    power_cap_w: float | None = None  # the machine's (or the run's site's) cap on the GPU power of its runs together
 
     def batch_sizes(self, proposal: int | None) -> dict[str, int | None]:
         """Each mode's batch size: its own, the run's ``proposal`` for ``batch_size: auto``, or None."""
@@ -106,6 +108,30 @@ class RunSpec:
         caps = backend.capabilities() if model is backend else None
         return figures_for_modes(dict(self.modes), self.clean_mode, caps=caps, backend=model, profile=profile,
                                  policy_path=self.policy_path, all_limits=all_limits)
+
+
+    def cap_figures(self, *, backend: Any = None, profile: Any = None) -> list[ModeFigures]:
+        """Power limits between the device's least and most (``cap_<W>w``) with their figures, marked
+        ``only_under_cap``: under a power cap the planner may set a GPU's limit between the policy's
+        modes (:mod:`scheduler.planner.power_cap`), its speed modelled like the modes' (a measured
+        profile's limits interpolated, else the backend's model). Empty without a limit range."""
+        from backends.simulated import SimulatedBackend
+        from scheduler.planner.mode_figures import figures_for_modes
+        from scheduler.planner.power_cap import cap_limits, cap_mode_name
+        from scheduler.settings.resolve import resolve_settings
+
+        if profile is not None and hasattr(profile, "to_json"):
+            profile = profile.to_json()
+        model = backend if backend is not None and hasattr(backend, "operating_point") else SimulatedBackend()
+        caps = (backend if backend is not None else model).capabilities()
+        own = [w for m in self.modes.values() if (w := resolve_settings(m, caps).power_limit_w) is not None]
+        limits = cap_limits(caps.power_limit_range_w, own)
+        if not limits:
+            return []
+        table = {self.clean_mode: self.modes[self.clean_mode], **{cap_mode_name(w): Mode(power_limit_w=w) for w in limits}}
+        figures = figures_for_modes(table, self.clean_mode, caps=caps, backend=model, profile=profile,
+                                    policy_path=self.policy_path, all_limits=False)
+        return [replace(f, only_under_cap=True) for f in figures if f.name != self.clean_mode]
 
 
 def rule_constraints(rules: PlanRule | AbsoluteRule | RelativeRule, *, reports_progress: bool = False,
@@ -164,7 +190,7 @@ def resolve_run(policy: Policy, *, policy_path: str | Path | None = None, site: 
                  earliest_start_s=job.earliest_start_s, deadline_s=job.deadline_s, stop_grace_s=job.stop_grace_s,
                  resume_overhead_s=job.resume_overhead_s,
                  fingerprint=job_fingerprint(job.name, list(command) if command else (job.command or job.callable)),
-                 batch_size_search=job.batch_size_search)
+                 batch_size_search=job.batch_size_search, gpus=job.gpus)
     base = Path(policy_path).resolve().parent if policy_path is not None else None
     plans: dict[str, Path] = {}
     for name, mode in policy.modes.items():
@@ -182,4 +208,6 @@ def resolve_run(policy: Policy, *, policy_path: str | Path | None = None, site: 
                                                  expected_duration_s=job.expected_duration_s)
                                 if isinstance(rules, PlanRule) else None),
                    auto_power=any(m.power_limit_select is not None for m in policy.modes.values()),
-                   auto_batch_size=any(m.batch_size == "auto" for m in policy.modes.values()), clock_plan_paths=plans)
+                   auto_batch_size=any(m.batch_size == "auto" for m in policy.modes.values()), clock_plan_paths=plans,
+                   power_cap_w=(next(s.power_cap_w for s in policy.sites if s.name == site) if site is not None
+                                else policy.power_cap_w))

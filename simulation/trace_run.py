@@ -19,6 +19,7 @@ from scheduler.loop.loop import DEFER_PAUSES_OVER_S, SignalReading, run_loop
 from scheduler.planner import ModeFigures, RunPlan
 from scheduler.planner.deciders import Decider
 from scheduler.planner.grid import GridSignal
+from scheduler.planner.power_cap import CapWindow, PowerCap
 from simulation.sim_price import SimPrices
 
 __all__ = ["TraceDriver", "run_job_on_trace"]
@@ -33,7 +34,8 @@ class TraceDriver:
     """A job on the true trace, under a virtual clock. ``figures``: the modes as the job really runs them."""
 
     def __init__(self, truth: GridSignal, figures: Sequence[ModeFigures], *, work_s: float, read: Reader,
-                 reports_progress: bool, resume_overhead_s: float = 0.0, prices: SimPrices | None = None) -> None:
+                 reports_progress: bool, resume_overhead_s: float = 0.0, prices: SimPrices | None = None,
+                 events: Sequence[tuple[float, CapWindow]] = ()) -> None:
         assert truth.epoch is not None
         self.truth, self.epoch = truth, truth.epoch
         self.by_name = {f.name: f for f in figures}
@@ -47,6 +49,8 @@ class TraceDriver:
         self.carbon_g = self.energy_j = 0.0
         self.prices = prices
         self.cost: float | None = 0.0 if prices is not None else None
+        # grid events: (trace second the run hears of it, its cap window), heard in that order
+        self.events = sorted(events, key=lambda e: e[0])
 
     def seconds(self) -> float:
         return (self.clock - self.epoch).total_seconds()
@@ -72,10 +76,16 @@ class TraceDriver:
     def switch(self, mode: str, reason: str) -> None:
         self.mode = mode
 
+    def power_cap(self, t: datetime) -> PowerCap:
+        at = (t - self.epoch).total_seconds()
+        return PowerCap(tuple(w for heard, w in self.events if heard <= at + 1e-6))
+
     def wait(self, timeout_s: float) -> int | None:
         assert self.mode is not None
         fig = self.by_name[self.mode]
         a = self.seconds()
+        # an event heard meanwhile wakes the loop, as the product's event watch does
+        timeout_s = min([timeout_s] + [heard - a for heard, _ in self.events if a + 1e-6 < heard < a + timeout_s])
         need = self.left_s / fig.speed
         if need <= timeout_s:
             self.clock += timedelta(seconds=need)

@@ -101,7 +101,7 @@ from flows.cli import simulate_sites as _simulate_sites  # noqa: E402,F401
 #: ``gridshift --help`` lists the commands in these groups, in this order (a new command must pick one)
 HELP_PANELS = {
     "One GPU box": ("run", "runs", "report", "policy", "simulate", "intensity", "prices", "gpu"),
-    "Fleet (several nodes on Prefect work pools)": ("deploy", "submit", "serve", "simulate-sites"),
+    "Fleet (several nodes on Prefect work pools)": ("deploy", "submit", "serve", "simulate-sites", "curtail"),
     "Research and benchmarks": ("forecasts", "bench", "profile"),
 }
 

@@ -102,7 +102,11 @@ def booking_of_run(placement: Mapping[str, Any], state: str, started: datetime |
         begun = utc(started)
     else:  # not started, or queued and standing in line for its GPUs (it started to wait, not to train)
         begun = max(start, utc(now))
-    return Booking(str(placement["site"]), begun, begun + length, int(placement.get("gpus", 1)), queued=queued)
+    shift = begun - start  # its booked power moves with it (a late start finishes late)
+    power = tuple((utc(datetime.fromisoformat(a)) + shift, utc(datetime.fromisoformat(b)) + shift, float(w))
+                  for a, b, w in placement.get("power") or ())
+    return Booking(str(placement["site"]), begun, begun + length, int(placement.get("gpus", 1)), queued=queued,
+                   power=power)
 
 
 def placed_runs(site_names: Sequence[str], now: datetime, client: Any = None) -> list[tuple[dict[str, Any], Booking]]:
@@ -270,6 +274,18 @@ def _deployment(client: Any, deployment: str, site: str, known: dict[str, tuple[
     return known[site]
 
 
+def _power_booking(policy: Policy, placed: Placement) -> dict[str, Any]:
+    """What a placed run books of its site's power cap: its power per segment, the cap, and its GPUs'
+    share of the cap (what it keeps to outside its booking: :func:`flows.cap_watch.booked_windows`)."""
+    from scheduler.policy.sites import site_named
+
+    site = site_named(policy, placed.site)
+    if site.power_cap_w is None:
+        return {}
+    return {"power": [[a.isoformat(), b.isoformat(), round(w, 3)] for a, b, w in placed.power],
+            "power_cap_w": site.power_cap_w, "power_share_w": site.power_cap_w * policy.job.gpus / site.gpus_per_node}
+
+
 def _create_placed_run(client: Any, policy: Policy, policy_path: str, placed: Placement, *, deployment: tuple[str, Any],
                        key: str | None, nominal: datetime, now: datetime, ledger_path: str | None,
                        workdir: str | None) -> SubmittedRun:
@@ -294,5 +310,6 @@ def _create_placed_run(client: Any, policy: Policy, policy_path: str, placed: Pl
                                   "finish": plan.finish.isoformat(), "gpus": policy.job.gpus,
                                   "placed_at": now.isoformat(), "queued": placed.queued,
                                   "carbon_g": round(plan.carbon_g, 4),
+                                  **_power_booking(policy, placed),
                                   "reasons": list(placed.reasons)}})
     return SubmittedRun(flow_run_id=str(run.id), deployment=deployment[0], placement=placed)

@@ -116,8 +116,28 @@ def _extra_lines(extra: dict[str, Any]) -> list[str]:
                      f"({t['cost_label']}{bound})")
     if "power_limit_auto" in extra:
         lines.append(f"  power      {extra['power_limit_auto']['reason']}")
+    lines += _cap_lines(extra.get("power_cap"))
     if "clock_plan" in extra:
         plan = extra["clock_plan"]
         lines.append(f"  clock plan {plan['file']} (modelled: {plan['predicted_energy_saving_pct']:.1f}% less energy, "
                      f"{plan['predicted_slowdown_pct']:+.1f}% time; handed to the job, which runs it)")
+    return lines
+
+
+def _cap_lines(cap: dict[str, Any] | None) -> list[str]:
+    """The power cap: held or not, the least headroom left, and each grid event with how soon the run answered."""
+    if not cap:
+        return []
+    room = cap.get("min_headroom_w")
+    held = "held in every span" if cap.get("held") else "NOT held in every span"
+    lines = [f"  power cap  {held}" + (f", least headroom {room:.0f} W" if room is not None else "")
+             + f" ({cap.get('spans_capped', 0)} span(s) under a cap)"]
+    for e in cap.get("events", []):
+        limit = f"{e['cap_w']:.0f} W" if e.get("cap_w") is not None else f"{e['reduce_pct']:g} % less"
+        mine = e.get("cap_w_for_this_run")
+        share = f" ({mine:.0f} W for this run)" if mine is not None and mine != e.get("cap_w") else ""
+        until = f"-{e['end'][11:19]}" if e.get("end") else " on"
+        answer = (f"under it {e['response_s']:.0f} s after its start" if e.get("response_s") is not None
+                  else "the run never got under it" if e.get("heard_at") else "not heard")
+        lines.append(f"  grid event {e['id']}: {limit}{share} {e['start'][11:19]}{until} UTC ({e['source']}): {answer}")
     return lines

@@ -12,7 +12,9 @@ virtual clock. The same inputs give the same decisions.
    intensity now (an open-ended plan of one segment);
 3. start the job in the plan's mode, or switch it;
 4. let it run until the next re-decision (every ``interval_s``) or the plan's next mode change,
-   whichever comes first, and count its progress (its report, else time x the mode's speed);
+   whichever comes first, and count its progress (its report, else time x the mode's speed); a
+   change of the run's power cap (a grid event heard by the driver, or the start or end of a cap
+   window) re-decides at once, the dwell waived: the cap outranks it;
 5. at a planned pause, stop a pausable job and start it again at the next window: here, after
    sleeping, or, past ``defer_pauses_over_s``, by returning with :attr:`LoopResult.next_window` set.
 
@@ -32,6 +34,7 @@ from scheduler.loop.gate import TRUST_SOURCE, ForecastChoice
 from scheduler.planner import RunPlan
 from scheduler.planner.deciders import Decider
 from scheduler.planner.grid import Signal, flat_signal
+from scheduler.planner.power_cap import PowerCap
 
 __all__ = ["DEFER_PAUSES_OVER_S", "LoopResult", "MIN_WAIT_S", "RunDriver", "STOPPED_EXIT_CODES", "SignalReading", "next_start", "pick_signal",
            "run_loop", "segment_end", "segment_reason"]
@@ -90,7 +93,11 @@ class RunDriver(Protocol):
         """Move the running job to ``mode``."""
 
     def wait(self, timeout_s: float) -> int | None:
-        """Let the job run up to ``timeout_s``; its exit code if it ended, else None."""
+        """Let the job run up to ``timeout_s``; its exit code if it ended, else None. Returns early
+        (None) when the run's power cap may have changed (a grid event heard)."""
+
+    def power_cap(self, t: datetime) -> PowerCap:
+        """The run's power headroom as known at ``t`` (a site's or machine's cap, grid events); empty: none."""
 
     def progress(self) -> float | None:
         """The job's own report of its fraction done (0-1), or None."""
@@ -146,6 +153,7 @@ class _Loop:
         self.decider, self.driver, self.choice, self.interval_s = decider, driver, choice, interval_s
         self.windows, self.decisions = windows, 0
         self.reading: SignalReading | None = None
+        self.cap = PowerCap()  # the cap the last decision planned under
 
     def read(self, t: datetime) -> None:
         fresh = self.driver.read(t)
@@ -158,13 +166,28 @@ class _Loop:
         assert self.reading is not None
         self.decisions += 1
         signal = pick_signal(self.reading, self.choice, t)
+        self.cap = self.driver.power_cap(t)
         plan = self.decider.decide(t, signal, running=running, since=since, started_before=self.windows > 0,
-                                   price=self.reading.price)
+                                   price=self.reading.price, cap=self.cap)
         for note in self.decider.notes:
             self.driver.warn(note)
         self.decider.notes.clear()
         self.driver.decided(plan, t, first=self.decisions == 1)
         return plan
+
+    def cap_moved(self, t: datetime, planned_at: datetime) -> bool:
+        """Whether the power cap differs from the one planned under at ``planned_at`` (an event heard),
+        or one of its windows started or ended since."""
+        edge = self.cap.next_change(planned_at)
+        if self.driver.power_cap(t) != self.cap or (edge is not None and edge <= t):
+            self.driver.log(f"power cap now {self.driver.power_cap(t).describe(t) or 'none'}: re-planning at once")
+            return True
+        return False
+
+    def until_cap_change(self, t: datetime) -> float | None:
+        """Seconds until the cap's next window starts or ends (None: none ahead)."""
+        edge = self.cap.next_change(t)
+        return (edge - t).total_seconds() if edge is not None else None
 
 
 def run_loop(decider: Decider, driver: RunDriver, *, interval_s: float, pausable: bool,
@@ -190,7 +213,8 @@ def run_loop(decider: Decider, driver: RunDriver, *, interval_s: float, pausable
                     driver.log(f"next window at {nxt:%Y-%m-%d %H:%M} UTC: handing it to a scheduled run")
                     return LoopResult("deferred", None, decider.done_s, loop.decisions, loop.windows, next_window=nxt)
                 driver.log(f"waiting {wait_s:.0f} s for the planned window at {nxt:%H:%M} UTC")
-                driver.sleep(max(min(wait_s, interval_s), MIN_WAIT_S))
+                edge = loop.until_cap_change(t)
+                driver.sleep(max(min(wait_s, interval_s, edge if edge is not None else wait_s), MIN_WAIT_S))
                 continue
             mode = plan.segments[0].mode if plan.segments else clean_mode  # nothing later: run now
         if loop.windows:
@@ -216,6 +240,8 @@ def _run_window(loop: _Loop, plan: RunPlan, mode: str, *, pausable: bool) -> tup
             boundary = segment_end(plan, t)
             if boundary is not None:
                 until.append((boundary - t).total_seconds())
+            if (edge := loop.until_cap_change(t)) is not None:
+                until.append(edge)
             rc = driver.wait(max(min(until), MIN_WAIT_S))
             t = driver.now()
             fraction = driver.progress()
@@ -224,9 +250,10 @@ def _run_window(loop: _Loop, plan: RunPlan, mode: str, *, pausable: bool) -> tup
             last_t = t
             if rc is not None:
                 break
-            if (t - last_plan_t).total_seconds() >= interval_s - 1e-6:
+            capped = loop.cap_moved(t, last_plan_t)
+            if capped or (t - last_plan_t).total_seconds() >= interval_s - 1e-6:
                 loop.read(t)
-                plan = loop.decide(t, mode, since)
+                plan = loop.decide(t, mode, None if capped else since)
                 last_plan_t = t
             want = plan.mode_at(t)
             nxt = next_start(plan, t) if want is None and pausable else None

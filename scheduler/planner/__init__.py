@@ -29,11 +29,12 @@ from carbon.series import as_utc
 from scheduler.planner.explain import explain as explain_plan
 from scheduler.planner.grid import Signal, signal_end, slot_values
 from scheduler.planner.objective import PriceSignal, objective_weights, time_value_per_h, units_of
-from scheduler.planner.slot_plan import account, fastest_slots
+from scheduler.planner.power_cap import PowerCap, cap_mask, cap_reasons, modes_under_cap
+from scheduler.planner.slot_plan import account, fastest_allowed, fastest_slots, fits
 from scheduler.planner.solve import choose_quantum, solve_slots
 
-__all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "Segment", "RunPlan", "pace_reserve_holds", "plan_run",
-           "plan_slots"]
+__all__ = ["ModeFigures", "PlanJob", "Objective", "PlanConstraints", "PowerCap", "Segment", "RunPlan", "pace_reserve_holds",
+           "plan_run", "plan_slots"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class ModeFigures:
     speed: float     # work per wall second in reference (clean-mode) seconds: 1.0 = the clean mode, 0.8 = 1.25x slower
     source: str = "unspecified"
     measured: bool = False
+    only_under_cap: bool = False  # a power limit between the policy's modes: used only where a power cap binds
 
     @property
     def joules_per_work_s(self) -> float:
@@ -155,17 +157,20 @@ class RunPlan:
 
 def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
                objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints(),
-               explain: bool = True, price: np.ndarray | None = None) -> RunPlan:
+               explain: bool = True, price: np.ndarray | None = None, power_cap: PowerCap | None = None) -> RunPlan:
     """:func:`plan_run` on intensities already cut into slots of ``constraints.slot_s`` from ``now``.
 
     ``intensity`` must cover the deadline (or the whole horizon of a job without one). ``explain=False``
     skips the sentences (the simulator re-plans thousands of times and reads only the slots).
     ``price``: the price per MWh of each slot (as long as ``intensity``); the plan's cost is reported
     with it, and a priced objective (``objective.carbon_price``) needs it.
+    ``power_cap``: the run's power headroom over time (:mod:`scheduler.planner.power_cap`): in each slot
+    only the modes whose power fits it; modes ``only_under_cap`` only where it binds.
     """
     now = as_utc(now)
     weights = objective_weights(intensity, price, objective.carbon_price)
     slot = float(constraints.slot_s)
+    modes, mask = modes_under_cap(list(modes), power_cap, job.running_mode, now, slot, len(intensity))
     names = [m.name for m in modes]
     power = np.array([m.power_w for m in modes], dtype=float)
     speed = np.array([m.speed for m in modes], dtype=float)
@@ -186,7 +191,8 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     common = dict(slot_s=slot, work_s=job.work_s, first_start=first, dwell_slots=dwell, pausable=job.pausable,
                   resume_overhead_s=job.resume_overhead_s, resuming=job.resuming,
                   time_value_g_per_h=objective.time_value_per_h, running_mode=running, running_forced_slots=forced,
-                  quantum_s=choose_quantum(speed, slot, job.work_s, max_rounding=constraints.max_rounding))
+                  quantum_s=choose_quantum(speed, slot, job.work_s, max_rounding=constraints.max_rounding),
+                  allowed=mask)
     margin_dropped = False
 
     def solve(margin_s: float):  # type: ignore[no-untyped-def]
@@ -206,7 +212,8 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
 
     sp = None
     as_reserve = False
-    if constraints.pace_tolerance > 0 and constraints.deadline_margin_s > 0 and job.deadline is not None:
+    # under a cap the fastest mode is not always allowed, which the pace reserve counts on
+    if constraints.pace_tolerance > 0 and constraints.deadline_margin_s > 0 and job.deadline is not None and mask is None:
         # the margin as a pace reserve: the plan may use the time up to the deadline while, from every
         # point of it, the work left still fits at the fastest mode slowed by pace_tolerance
         left_s = (as_utc(job.deadline) - now).total_seconds()
@@ -221,7 +228,19 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
     if not sp.feasible and constraints.deadline_margin_s > 0:
         sp = solve_slots(weights, power, speed, deadline_slots=horizon(0.0), **common)  # type: ignore[arg-type]
         margin_dropped = sp.feasible
-    if not sp.feasible:
+    over_cap = False
+    if not sp.feasible and mask is not None and power_cap:  # the fastest finish the cap allows
+        # past the horizon too: a run that must wait for headroom waits as long as the cap's windows say
+        ahead = [(w.end - now).total_seconds() for w in power_cap.windows if w.end is not None]
+        n_ext = len(intensity) + int(math.ceil((max(ahead, default=0.0) + job.work_s / float(speed.min())) / slot)) + 1
+        mask_ext = cap_mask(power_cap.slot_headroom(now, slot, n_ext), modes)
+        mask_ext = mask if mask_ext is None else mask_ext
+        sp = fastest_allowed(0 if running is not None else first, job.work_s, speed, power, slot, mask_ext,
+                             pausable=job.pausable, running=running is not None,
+                             resuming=job.pausable and job.resuming and running is None,
+                             resume_overhead_s=job.resume_overhead_s if job.pausable else 0.0)
+        over_cap = not fits(sp.modes, mask_ext)
+    elif not sp.feasible:
         # a paused job that starts again resumes: the fastest finish does the resume's work too
         overhead = job.resume_overhead_s if job.pausable and job.resuming and running is None else 0.0
         sp = fastest_slots(0 if running is not None and forced else first, job.work_s, speed, slot,
@@ -253,7 +272,7 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
                              energy_j=float(e), carbon_g=g, reason="", cost=k))
     start = built[0].start if built else at(first * slot)
     finish = at(finish_s) if built else start
-    feasible = sp.feasible or (job.deadline is not None and finish <= as_utc(job.deadline))
+    feasible = (sp.feasible or (job.deadline is not None and finish <= as_utc(job.deadline))) and not over_cap
     if job.deadline is None:
         feasible = True
     if not explain:
@@ -269,6 +288,9 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
         reasons.append(f"it may finish within the {constraints.deadline_margin_s / 60:.0f} min deadline margin: the job "
                        f"reports its progress, so the margin is kept as a pace reserve (a slowdown of up to "
                        f"{constraints.pace_tolerance:.0%} seen at the next re-plan is caught up in faster modes)")
+    if mask is not None and power_cap:
+        reasons, seg_reasons = cap_reasons(reasons, seg_reasons, built, list(modes), power_cap, now=now,
+                                           feasible=feasible, deadline=job.deadline, over_cap=over_cap)
     if sp.rounding > constraints.max_rounding:
         reasons.append(f"warning: the planner's work count of this plan is off by {sp.rounding:.1%} of the work, more "
                        f"than its {constraints.max_rounding:.0%} bound, so the plan may cost that much more than "
@@ -330,13 +352,14 @@ def pace_reserve_holds(modes: np.ndarray, speed: np.ndarray, *, slot_s: float, w
 
 def plan_run(series: Signal, job: PlanJob, modes: Sequence[ModeFigures], *, now: datetime,
              objective: Objective = Objective(), constraints: PlanConstraints = PlanConstraints(),
-             explain: bool = True, price: Signal | None = None) -> RunPlan:
+             explain: bool = True, price: Signal | None = None, power_cap: PowerCap | None = None) -> RunPlan:
     """The optimal plan for ``job`` on the forecast ``series`` (see the module docstring).
 
     ``series`` is an intensity series or values on a grid (:mod:`scheduler.planner.grid`), averaged
     into slots of ``constraints.slot_s`` from ``now``; past its end the last value is carried forward.
     Without a deadline the horizon is the series' end, stretched when needed so that the slowest mode
-    can finish. ``explain=False`` skips the sentences (see :func:`plan_slots`). ``price``: prices per
+    can finish. ``explain=False`` skips the sentences and ``power_cap`` limits the power per slot (see
+    :func:`plan_slots`). ``price``: prices per
     MWh published by ``now`` (a :class:`scheduler.planner.objective.PriceSignal`: later ones are held
     at its tail value, and the plan says so); needed by a priced objective, else only costed.
     """
@@ -357,7 +380,7 @@ def plan_run(series: Signal, job: PlanJob, modes: Sequence[ModeFigures], *, now:
     intensity = slot_values(series, now, slot, n)
     prices = slot_values(price, now, slot, n) if price is not None else None
     plan = plan_slots(intensity, job, modes, now=now, objective=objective, constraints=constraints, explain=explain,
-                      price=prices)
+                      price=prices, power_cap=power_cap)
     if (explain and objective.priced and isinstance(price, PriceSignal) and plan.segments
             and plan.finish > price.published_end):
         cur = price.currency or objective.currency

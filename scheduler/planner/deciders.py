@@ -26,6 +26,7 @@ from carbon.series import IntensitySeries
 from scheduler.planner.thresholds import Decision, ModeState, decide_by_rule
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, Segment, plan_run
 from scheduler.planner.grid import Signal, as_series
+from scheduler.planner.power_cap import PowerCap
 from scheduler.policy.types import AbsoluteRule, Mode, PlanRule, RelativeRule
 from scheduler.run_spec import RunSpec
 
@@ -79,7 +80,7 @@ def plan_work(series: Signal, figures: Sequence[ModeFigures], *, rules: PlanRule
               not_before: datetime, deadline: datetime | None, running_mode: str | None = None,
               running_since: datetime | None = None, resuming: bool = False, start_now: bool = False,
               reference_start: datetime | None = None, pace_measured: bool = True, explain: bool = True,
-              price: Signal | None = None) -> RunPlan:
+              price: Signal | None = None, power_cap: PowerCap | None = None) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds, seen at ``now``.
 
     A job without a deadline starts at once: it is planned against the finish of its slowest mode
@@ -90,7 +91,8 @@ def plan_work(series: Signal, figures: Sequence[ModeFigures], *, rules: PlanRule
     ``pace_measured=False``: no progress report seen yet, so no pace reserve (see :func:`plan_inputs`).
     ``series`` is a forecast series or values on a grid (:mod:`scheduler.planner.grid`); ``explain=False``
     skips the plan's sentences. ``price``: the prices published by ``now`` (the plan is costed on them,
-    and a priced objective plans on them).
+    and a priced objective plans on them). ``power_cap``: the run's power headroom over time
+    (:mod:`scheduler.planner.power_cap`).
     """
     job, constraints = plan_inputs(figures, rules=rules, constraints=constraints, pausable=pausable,
                                    resume_overhead_s=resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
@@ -98,7 +100,7 @@ def plan_work(series: Signal, figures: Sequence[ModeFigures], *, rules: PlanRule
                                    resuming=resuming, start_now=start_now, reference_start=reference_start,
                                    pace_measured=pace_measured)
     return plan_run(series, job, figures, now=now, objective=objective, constraints=constraints, explain=explain,
-                    price=price)
+                    price=price, power_cap=power_cap)
 
 
 @dataclass
@@ -191,10 +193,11 @@ class Decider(Protocol):
         """The job starts again after a pause (a resume costs its overhead)."""
 
     def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
-               started_before: bool, price: Signal | None = None) -> RunPlan:
+               started_before: bool, price: Signal | None = None, cap: PowerCap = PowerCap()) -> RunPlan:
         """The plan from ``t`` on; ``running``/``since``: the mode in force and since when (None:
-        not running); ``started_before``: an earlier window of this job ran; ``price``: the prices
-        published by ``t`` (None: no price source)."""
+        not running, or a dwell the cap waived); ``started_before``: an earlier window of this job
+        ran; ``price``: the prices published by ``t`` (None: no price source); ``cap``: the run's power
+        headroom (:mod:`scheduler.planner.power_cap`)."""
 
 
 class PlanDecider:
@@ -203,7 +206,7 @@ class PlanDecider:
     planned = True
 
     def __init__(self, spec: RunSpec, figures: Sequence[ModeFigures], *, deadline: datetime | None, pausable: bool,
-                 done_s: float = 0.0, explain: bool = True) -> None:
+                 done_s: float = 0.0, explain: bool = True, cap_figures: Sequence[ModeFigures] = ()) -> None:
         self.rules, self.constraints, self.objective = spec.rules, spec.constraints, spec.objective
         self.explain = explain  # False: plans without their sentences (the simulator reads only the modes)
         self.resume_overhead_s = spec.job.resume_overhead_s
@@ -212,8 +215,11 @@ class PlanDecider:
         self._pace_warned = self._prices_warned = False
         self.deadline, self.pausable = deadline, pausable
         self.order = [f.name for f in figures]
-        self.tracker = WorkTracker(total_s=spec.job.expected_duration_s, figures={f.name: f for f in figures},
-                                   done_s=done_s, min_watch_s=spec.interval_s)
+        # power limits between the modes, planned with only under a cap (RunSpec.cap_figures)
+        self.cap_order = [f.name for f in cap_figures if f.name not in self.order]
+        self.tracker = WorkTracker(total_s=spec.job.expected_duration_s,
+                                   figures={f.name: f for f in (*cap_figures, *figures)}, done_s=done_s,
+                                   min_watch_s=spec.interval_s)
 
     @property
     def done_s(self) -> float:
@@ -226,7 +232,7 @@ class PlanDecider:
         self.tracker.resumed(self.resume_overhead_s)
 
     def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
-               started_before: bool, price: Signal | None = None) -> RunPlan:
+               started_before: bool, price: Signal | None = None, cap: PowerCap = PowerCap()) -> RunPlan:
         # the flow run's start has come (deploy/serve chose it, or the user ran it now): a job that
         # cannot pause starts at once, and the plan chooses its modes
         assert isinstance(self.rules, PlanRule)
@@ -241,13 +247,16 @@ class PlanDecider:
         if note and not self._prices_warned:
             self._prices_warned = True
             self.notes.append(f"{t:%H:%M}: {note}")
-        return plan_work(series, self.tracker.planning_figures(self.order), rules=self.rules,
+        live = cap.ends_by(t)
+        # the cap's modes only while a cap is ahead, or to leave the one running (the planner then drops it)
+        extra = [m for m in self.cap_order if live or m == running]
+        return plan_work(series, self.tracker.planning_figures([*self.order, *extra]), rules=self.rules,
                          constraints=self.constraints, objective=objective, pausable=self.pausable,
                          resume_overhead_s=self.resume_overhead_s, now=t, work_s=self.tracker.left_s, not_before=t,
                          deadline=self.deadline, running_mode=running, running_since=since,
                          start_now=not started_before and not self.pausable,
                          resuming=started_before and running is None, pace_measured=measured, explain=self.explain,
-                         price=price)
+                         price=price, power_cap=live)
 
 
 class ThresholdDecider:
@@ -265,10 +274,12 @@ class ThresholdDecider:
 
     def __init__(self, rule: AbsoluteRule | RelativeRule, modes: Mapping[str, Mode], *, expected_s: float,
                  interval_s: float, deadline: datetime | None, slowdown: Mapping[str, float] | None = None,
-                 first: Decision | None = None, guard: datetime | None = None) -> None:
+                 first: Decision | None = None, guard: datetime | None = None,
+                 power: Mapping[str, float] | None = None) -> None:
         self.rule, self.modes, self.expected_s, self.interval_s = rule, modes, expected_s, interval_s
         self.notes: list[str] = []  # threshold rules have no warnings of their own (the loop's guard says)
         self.deadline, self.given, self.first = deadline, dict(slowdown or {}), first
+        self.power = dict(power or {})  # each mode's power (W), for a power cap
         # the deadline guard keeps one control interval in hand (the simulator names its own)
         self.guard = guard if guard is not None else (deadline - timedelta(seconds=interval_s) if deadline else None)
         self.factors = {m: self.given.get(m, 1.0 + (modes[m].max_slowdown or 0.0)) for m in modes}
@@ -308,7 +319,7 @@ class ThresholdDecider:
                 self.factors[m] = max(wall / work / base, 1.0)
 
     def decide(self, t: datetime, series: Signal, *, running: str | None, since: datetime | None,
-               started_before: bool, price: Signal | None = None) -> RunPlan:
+               started_before: bool, price: Signal | None = None, cap: PowerCap = PowerCap()) -> RunPlan:
         series = as_series(series)  # threshold rules decide on carbon alone (a priced objective needs the planner)
         if running is None and self.first is not None:  # the flow's opening decision (first_decision)
             decision = self.first
@@ -316,12 +327,26 @@ class ThresholdDecider:
             # the dwell counts from the decision that switched (the loop switches at once)
             decision = decide_by_rule(self.rule, self.modes, series, self.state, now=t,
                                       remaining_work_s=self.remaining_s, deadline=self.guard, slowdown=self.factors)
+        decision = self._under_cap(decision, cap, t)
         self.state = ModeState(decision.mode, t) if self.state.mode is None else self.state.switch(decision.mode, t)
         end = t + _OPEN_END
         seg = Segment(start=t, end=end, mode=decision.mode, work_s=self.remaining_s, energy_j=0.0, carbon_g=0.0,
                       reason=decision.reason)
         return RunPlan(start=t, segments=(seg,), energy_j=0.0, carbon_g=0.0, finish=end, feasible=True,
                        reasons=(decision.reason,))
+
+
+    def _under_cap(self, decision: Decision, cap: PowerCap, t: datetime) -> Decision:
+        """The rule's mode, or under a cap that refuses it the fastest mode that fits (the least-power one if none)."""
+        room = cap.at(t)
+        if self.power.get(decision.mode, 0.0) <= room + 1e-6:
+            return decision
+        fits = [m for m in self.modes if self.power.get(m, float("inf")) <= room + 1e-6]
+        mode = (min(fits, key=lambda m: self.factors.get(m, 1.0)) if fits
+                else min(self.modes, key=lambda m: self.power.get(m, float("inf"))))
+        window = cap.binding(t)
+        why = f"the power cap of {room:.0f} W ({window.why if window else 'in force'}) leaves room for {mode}"
+        return replace(decision, mode=mode, reason=f"{why}, not {decision.mode} ({decision.reason})")
 
 
 def first_decision(rule: AbsoluteRule | RelativeRule, modes: Mapping[str, Mode], series: IntensitySeries, *,
@@ -333,18 +358,21 @@ def first_decision(rule: AbsoluteRule | RelativeRule, modes: Mapping[str, Mode],
 
 def make_decider(spec: RunSpec, figures: Sequence[ModeFigures], *, deadline: datetime | None, pausable: bool,
                  done_s: float = 0.0, first: Decision | None = None,
-                 slowdown: Mapping[str, float] | None = None, explain: bool = True) -> Decider:
+                 slowdown: Mapping[str, float] | None = None, explain: bool = True,
+                 cap_figures: Sequence[ModeFigures] = ()) -> Decider:
     """The spec's decider: the planner, or its threshold rules (``slowdown`` overrides the figures'
     time factors; ``first``: the opening decision, see :func:`first_decision`; without it the
-    opening decision is made like every later one, on the guard)."""
+    opening decision is made like every later one, on the guard). ``cap_figures``: power limits
+    between the modes that the planner may use under a power cap (:meth:`scheduler.run_spec.RunSpec.cap_figures`)."""
     if spec.planned:
         if not figures:
             raise ValueError("the planner needs the modes' figures (RunSpec.mode_figures)")
-        return PlanDecider(spec, figures, deadline=deadline, pausable=pausable, done_s=done_s, explain=explain)
+        return PlanDecider(spec, figures, deadline=deadline, pausable=pausable, done_s=done_s, explain=explain,
+                           cap_figures=cap_figures)
     rule = spec.rules
     assert isinstance(rule, (AbsoluteRule, RelativeRule))
     factors = dict(slowdown) if slowdown else {}
     for f in figures:
         factors.setdefault(f.name, 1.0 / f.speed)
     return ThresholdDecider(rule, spec.modes, expected_s=spec.job.expected_duration_s, interval_s=spec.interval_s,
-                            deadline=deadline, slowdown=factors, first=first)
+                            deadline=deadline, slowdown=factors, first=first, power={f.name: f.power_w for f in figures})

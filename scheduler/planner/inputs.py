@@ -25,6 +25,7 @@ from scheduler.planner.thresholds import Decision, decide
 from scheduler.planner.deciders import plan_work, without_prices
 from scheduler.run_spec import objective_of, resolve_run, rule_constraints
 from scheduler.planner import ModeFigures, PlanConstraints, RunPlan
+from scheduler.planner.power_cap import PowerCap
 from scheduler.policy.cron import next_runs
 from scheduler.policy.types import JobSpec, PlanRule, Policy
 from scheduler.service.serve import PlannedRun, nominal_runs
@@ -80,6 +81,7 @@ def plan_policy_job(
     reference_start: datetime | None = None,
     pace_measured: bool = True,
     price: Signal | None = None,
+    power_cap: PowerCap | None = None,
 ) -> RunPlan:
     """The planner's plan for ``work_s`` reference seconds of the policy's job, seen at ``now``.
 
@@ -93,6 +95,7 @@ def plan_policy_job(
     ``pace_measured=False``: the run has seen no progress report, so the margin is kept as time
     before the deadline even where ``job.reports_progress`` would allow a pace reserve. ``price``: the
     prices published by ``now`` (:func:`scheduler.planner.objective.price_signal`); a priced objective needs them.
+    ``power_cap``: the run's power headroom over time (a site's cap less the other runs' bookings).
     """
     constraints = plan_constraints(policy)  # refuses threshold rules
     assert isinstance(policy.rules, PlanRule)
@@ -101,7 +104,8 @@ def plan_policy_job(
                      pausable=policy.job.checkpointable if pausable is None else pausable,
                      resume_overhead_s=policy.job.resume_overhead_s, now=now, work_s=work_s, not_before=not_before,
                      deadline=deadline, running_mode=running_mode, running_since=running_since, resuming=resuming,
-                     start_now=start_now, reference_start=reference_start, pace_measured=pace_measured)
+                     start_now=start_now, reference_start=reference_start, pace_measured=pace_measured,
+                     power_cap=power_cap)
     return replace(plan, reasons=(*plan.reasons, note)) if note else plan
 
 

@@ -185,10 +185,11 @@ def _limit_of(mode: Mode, max_limit_w: float) -> float | None:
 
 
 def limit_modes(figures: list[ModeFigures]) -> dict[str, Mode]:
-    """Policy modes for the candidate limits a profile added (``limit_<W>w``), so a flow can apply them."""
+    """Policy modes for the candidate limits a profile added (``limit_<W>w``) and the power limits a cap
+    may use (``cap_<W>w``, :func:`scheduler.planner.power_cap.cap_mode_name`), so a flow can apply them."""
     out: dict[str, Mode] = {}
     for f in figures:
-        m = re.fullmatch(r"limit_(\d+(?:\.\d+)?)w", f.name)
+        m = re.fullmatch(r"(?:limit|cap)_(\d+(?:\.\d+)?)w", f.name)
         if m:
             out[f.name] = Mode(power_limit_w=float(m.group(1)))
     return out

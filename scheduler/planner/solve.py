@@ -29,7 +29,6 @@ import math
 import numpy as np
 
 from scheduler.planner.slot_plan import WAIT, SlotPlan, earliest_start, merge_runs
-from scheduler.planner.backward_pass import backward
 
 __all__ = ["choose_quantum", "solve_slots"]
 
@@ -90,12 +89,16 @@ def solve_slots(
     running_forced_slots: int = 0,
     quantum_s: float | None = None,
     last_start: int | None = None,
+    allowed: np.ndarray | None = None,
 ) -> SlotPlan:
     """Optimal slot schedule (see the module docstring). ``intensity`` covers at least ``deadline_slots``.
 
     ``running_mode``: the job is running in this mode now and must hold it ``running_forced_slots``
     more slots (its dwell). ``resuming``: the job is paused with work done, so starting again is a resume.
     ``last_start``: no start after this slot (``first_start == last_start`` fixes the start).
+    ``allowed``: a (slots, modes) mask, False where a mode may not run in a slot (a power cap's
+    headroom there, :mod:`scheduler.planner.power_cap`); slots past its end allow every mode. A
+    running mode the mask refuses within its dwell leaves at once (the cap outranks the dwell).
     """
     M = len(power_w)
     T = int(deadline_slots)
@@ -117,7 +120,22 @@ def solve_slots(
     c = np.zeros(T + D + 1)
     c[:T] = intensity[:T]
     cum = np.concatenate(([0.0], np.cumsum(c)))
+    # refused[t, m]: mode m may not run in slot t; bad[t, m]: how many slots before t refuse it
+    refused = np.zeros((T + D + 1, M), dtype=bool)
+    if allowed is not None:
+        n_ok = min(len(allowed), T + D + 1)
+        refused[:n_ok] = ~np.asarray(allowed, dtype=bool)[:n_ok]
+    masked = bool(refused.any())
+    bad = np.concatenate((np.zeros((1, M), dtype=np.int64), np.cumsum(refused, axis=0)))
+    if masked and running_mode is not None and bad[min(int(running_forced_slots), T + D + 1), running_mode] > 0:
+        running_forced_slots = 0
 
+    # Values are flat arrays over (mode, work left in quanta); the cell (m, 0) is "done" and stays 0,
+    # so every transition that finishes reads it and adds its own finishing cost.
+    r = np.arange(W)[None, :]
+    base = np.arange(M)[:, None] * W
+    e_col = energy_g[:, None]
+    # finishing inside a dwell block entered at t, for every t at once: (T, M, Rf) over work left r < Rf
     ts = np.arange(T)
     CF = F[ts[:, None] + np.arange(D + 1)[None, :]] - F[ts][:, None, :]              # (T, D + 1, M) credited since t
     # a run entered at t is credited one quantum less (a mode whose slot work is not whole quanta): its
@@ -125,6 +143,27 @@ def solve_slots(
     # later than it says and the solver gains nothing by switching modes to catch a rounding
     tax = (np.abs(speed * slot_s / q - np.round(speed * slot_s / q)) > 1e-9).astype(np.int64)
     CF[:, 1:, :] -= tax[None, None, :]
+    Rf = min(int(CF[:, D, :].max()) + 1, W)
+    rf = np.arange(Rf)
+    jj = np.minimum((CF[:, 1:, :, None] < rf[None, None, None, :]).sum(axis=1), D - 1)   # (T, M, Rf): finishing slot
+    tix, mix = ts[:, None, None], np.arange(M)[None, :, None]
+    lo, hi = CF[tix, jj, mix], CF[tix, jj + 1, mix]
+    fb = (rf[None, None, :] - lo) / np.maximum(hi - lo, 1)
+    tj = tix + jj
+    ends = tj + fb
+    fin_all = energy_g[None, :, None] * (cum[tj] - cum[ts][:, None, None] + fb * c[tj]) + tv * ends
+    fin_all[ends > T + 1e-9] = inf
+    if masked:  # a finishing block needs its mode allowed from its entry to its finishing slot
+        fin_all[(bad[tj + 1, mix] - bad[tix, mix]) > 0] = inf
+    block_refused = (bad[ts + D] - bad[ts]) > 0                                          # (T, M): a whole dwell block
+    fin_mask = (rf[None, None, :] <= CF[:, D, :, None]) & (rf[None, None, :] > 0)
+
+    V = np.full((T + D + 1, M * W), inf)
+    V[:, base[:, 0]] = 0.0
+    P = np.full((T + 1, W), inf) if pausable else None
+    if P is not None:
+        P[:, 0] = 0.0
+    SW = np.full((T, W), inf)                                                          # best entry at t per work left
     # Only a band of work left matters at slot t: no more than the fastest mode can still do by the
     # deadline, no less than the most any plan can have done since slot 0 (from the lowest target a
     # repair asks for), and for a running job that cannot pause, no more than the slowest leaves.
@@ -133,39 +172,76 @@ def solve_slots(
     hi = np.minimum(W - 1, fast[T] - fast[:T] + 2)
     if running_mode is not None and not pausable:
         hi = np.minimum(hi, W - 1 - F[:T].min(axis=1) + 2 * (ts // D + 2))
-    values = backward(c, cum, energy_g, F, CF, T=T, D=D, W=W, o=o, pausable=pausable, tv=tv, lo=lo, hi=hi)
-    SW, P, v = values.SW, values.P, values.v
+    # the index and cost arrays of a slot depend only on its modes' credits, which take few patterns
+    cont_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    block_of: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+    # per-slot numbers read once for all slots (the loop runs ~170 times a plan, 23 000 plans a 12 h year)
+    G1 = F[1:T + 1] - F[:T]
+    lo_l, hi_l = lo.tolist(), hi.tolist()
+    V3 = V.reshape(T + D + 1, M, W)
+    for t in range(T - 1, -1, -1):
+        a, b = lo_l[t], hi_l[t] + 1
+        if b <= a:
+            continue
+        g = G1[t]
+        key = g.tobytes()
+        if key not in cont_of:
+            gc = g[:, None]
+            frac = np.minimum(r / gc, 1.0)
+            cont_of[key] = (base + np.maximum(r - gc, 0), e_col * frac, np.where((r <= gc) & (r > 0), frac, 0.0))
+        idx_c, e_c, f_c = cont_of[key]
+        cont = V[t + 1].take(idx_c[:, a:b])
+        cont += c[t] * e_c[:, a:b]
+        if tv:
+            cont += tv * (f_c[:, a:b] + t * (f_c[:, a:b] > 0))
+        if masked:
+            cont[refused[t]] = inf
+        G = CF[t, D]
+        key = G.tobytes()
+        if key not in block_of:
+            block_of[key] = (base + np.maximum(r - G[:, None], 0), e_col * (r > G[:, None]))
+        idx_b, e_b = block_of[key]
+        block = V[t + D].take(idx_b[:, a:b])
+        block += (cum[t + D] - cum[t]) * e_b[:, a:b]
+        if masked:
+            block[block_refused[t]] = inf
+        if a < Rf:
+            n = min(b, Rf) - a
+            np.copyto(block[:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
+        sw = np.minimum.reduce(block, axis=0)  # not ndarray.min: its Python wrapper is 5 % of a plan
+        SW[t, a:b] = sw
+        vt = V3[t]
+        np.minimum(cont, sw[None, :], out=vt[:, a:b])
+        if P is not None:
+            sw = SW[t]
+            pt = P[t]
+            pt[: W - o] = np.minimum(P[t + 1][: W - o], sw[o:])
+            pt[W - o:] = P[t + 1][W - o:]
+            pt[0] = 0.0
+            np.minimum(vt, pt[None, :], out=vt)
 
     # the replay walks slot by slot in Python: it reads these as Python numbers (the same values)
-    Fl, cl, el, cuml, CFl = F.tolist(), c.tolist(), energy_g.tolist(), cum.tolist(), CF.tolist()
-    CFD = [row[D] for row in CFl]
+    Fl, cl, el = F.tolist(), c.tolist(), energy_g.tolist()
 
     def cont_value(t: int, m: int, left: int) -> float:
+        if refused[t, m]:
+            return inf
         gm = Fl[t + 1][m] - Fl[t][m]
         if left <= gm:
             f = left / gm
             return float(el[m] * cl[t] * f + tv * (t + f))
-        return float(el[m] * cl[t] + v(t + 1, m, left - gm))
+        return float(el[m] * cl[t] + V[t + 1][m * W + left - gm])
 
-    def block_values(t: int, left: int) -> list[float]:
-        out = []
+    def block_values(t: int, left: int) -> np.ndarray:
+        out = np.empty(M)
         for m in range(M):
-            if left <= CFD[t][m]:
-                out.append(fin_value(t, m, left))
+            if left <= CF[t, D, m]:
+                out[m] = fin_all[t, m, left]
+            elif block_refused[t, m]:
+                out[m] = inf
             else:
-                out.append(float(energy_g[m] * (cum[t + D] - cum[t])) + v(t + D, m, left - CFD[t][m]))
+                out[m] = energy_g[m] * (cum[t + D] - cum[t]) + V[t + D][m * W + left - int(CF[t, D, m])]
         return out
-
-    def fin_value(t: int, m: int, left: int) -> float:
-        """:func:`finishing` of one cell, in Python numbers (the same operations)."""
-        cf = CFl[t]
-        j = min(sum(1 for k in range(1, D + 1) if cf[k][m] < left), D - 1)
-        a, b = cf[j][m], cf[j + 1][m]
-        fb = (left - a) / max(b - a, 1)
-        end = t + j + fb
-        if end > T + 1e-9:
-            return inf
-        return el[m] * (cuml[t + j] - cuml[t] + fb * cl[t + j]) + tv * end
 
     def close(a: float, b: float) -> bool:
         return a <= b + 1e-9 * max(1.0, abs(b))
@@ -192,8 +268,8 @@ def solve_slots(
                 objective = float(block_values(0, left)[running_mode]) if D >= forced else 0.0
                 run(running_mode, forced)
                 return SlotPlan(np.array(modes, dtype=int), True, objective, 0)
-            best = (float(energy_g[running_mode] * (cum[forced] - cum[0])) + v(forced, running_mode, left - gf)
-                    if forced else v(0, running_mode, left))
+            best = (energy_g[running_mode] * (cum[forced] - cum[0]) + V[forced][running_mode * W + left - gf]
+                    if forced else V[0][running_mode * W + left])
             if not math.isfinite(best):
                 return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
             objective = float(best)
@@ -212,14 +288,13 @@ def solve_slots(
             state, m = ("pause" if resuming else "start"), -1
         while left > 0 and t < T:
             if state == "start":
-                bv = block_values(t, left)
-                m = bv.index(min(bv))
+                m = int(np.argmin(block_values(t, left)))
                 if run(m, D, entered=True):
                     break
                 state = "run"
             elif state == "pause":
                 assert P is not None
-                if left + o < W and close(min(block_values(t, left + o)), float(P[t + 1][left])):
+                if left + o < W and close(float(block_values(t, left + o).min()), P[t + 1][left]):
                     left += o
                     resumes += 1
                     state = "start"
@@ -227,11 +302,11 @@ def solve_slots(
                 modes.append(WAIT)
                 t += 1
             else:
-                here = v(t, m, left)
+                here = float(V[t][m * W + left])
                 if close(cont_value(t, m, left), here):
                     if run(m, 1):
                         break
-                elif close(min(block_values(t, left)), here):
+                elif close(float(block_values(t, left).min()), here):
                     state = "start"
                 else:
                     state = "pause"
@@ -271,8 +346,10 @@ def solve_slots(
     if best is None:
         return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
     need_s = work_s + best.resumes * resume_overhead_s * pausable
+    ok = ~refused if masked else None
     merged = merge_runs(best, c, energy_g, speed, slot_s=slot_s, T=T, tv=tv, need_s=need_s,
-                        frozen=running_forced_slots if running_mode is not None else 0)
+                        frozen=running_forced_slots if running_mode is not None else 0, allowed=ok)
     if running_mode is not None:
         return merged
-    return earliest_start(merged, c, energy_g, speed, slot_s=slot_s, first_start=first_start, tv=tv, need_s=need_s)
+    return earliest_start(merged, c, energy_g, speed, slot_s=slot_s, first_start=first_start, tv=tv, need_s=need_s,
+                          allowed=ok)

@@ -308,7 +308,7 @@ class Site(Strict):
     carbon: CarbonSource = Field(description="the grid signal at this site (provider and zone)")
     gpus_per_node: int = Field(gt=0, description="GPUs on the node")
     price_per_gpu_h: float | None = Field(default=None, ge=0, description="cost of one GPU hour here; reported, and breaks ties between equally clean sites")
-    power_cap_w: float | None = Field(default=None, gt=0, description="the most a GPU may draw here; modes above it are not used at this site")
+    power_cap_w: float | None = Field(default=None, gt=0, description="the most GPU power (W) the runs placed here may draw together, in every slot: placement books each run's power per slot and plans the next in what is left (docs/operators.md)")
     changeover_s: float = Field(default=60.0, ge=0, description="the node's GPUs stay booked this long past a run's planned finish (a late start, the next run's process start), so placed runs never meet")
 
 
@@ -324,6 +324,7 @@ class Policy(Strict):
     job: JobSpec
     backend: BackendConfig = Field(default_factory=BackendConfig)
     sites: tuple[Site, ...] = Field(default=(), description="where the job may run; empty: wherever it is started")
+    power_cap_w: float | None = Field(default=None, gt=0, description="the most GPU power (W) the gridshift runs on this machine may draw together, in every slot (a site's own cap replaces it there); runs at once share it by their GPUs (docs/operators.md)")
 
     @field_validator("modes")
     @classmethod

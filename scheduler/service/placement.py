@@ -2,11 +2,13 @@
 
 For each site the planner, asked the policy's question (:func:`scheduler.planner.inputs.plan_policy_job`:
 the policy's objective, constraints, ``min_gain`` and no-deadline rule, as for a run without sites),
-plans the job on that site's forecast, with the modes the site allows (a mode drawing more than ``power_cap_w`` per GPU is not
-used there) and only at times the site's node has the GPUs free: ``bookings`` are the runs already
-placed (start, end, GPUs); times where they leave fewer than the job's GPUs free are priced out of
-the site's forecast, so the planner plans around them (and, where it cannot, the start moves past
-them). The plans are then compared on the
+plans the job on that site's forecast, only at times the site's node has the GPUs free, and under
+the site's power cap: ``bookings`` are the runs already placed (start, end, GPUs, and the power they
+booked per segment); times where they leave fewer than the job's GPUs free are priced out of the
+site's forecast, so the planner plans around them (and, where it cannot, the start moves past them),
+and the site's ``power_cap_w`` less their booked power is the job's headroom in every slot
+(:func:`site_headroom`, kept by the planner: :mod:`scheduler.planner.power_cap`). The placed run
+books its own power per segment (:func:`booked_power`) for the next. The plans are then compared on the
 planner's own objective (carbon + price of time); a feasible plan beats an infeasible one, the
 sooner start, then price break ties, then the order of the sites in the policy. Without a deadline
 (a run meant to start now) the sooner start comes first and carbon second. The result says why, with each site's plan
@@ -22,10 +24,11 @@ from typing import Mapping, Sequence
 from carbon.series import IntensityPoint, IntensitySeries
 from scheduler.planner import ModeFigures, Objective, RunPlan
 from scheduler.planner.inputs import plan_policy_job
+from scheduler.planner.power_cap import CapWindow, PowerCap
 from scheduler.policy.types import Policy, Site
 
-__all__ = ["Booking", "SitePlan", "Placement", "has_room", "modes_at_site", "place_run", "objective_value",
-           "forecast_mean_g_per_kwh"]
+__all__ = ["Booking", "SitePlan", "Placement", "booked_power", "has_room", "modes_at_site", "place_run",
+           "objective_value", "forecast_mean_g_per_kwh", "site_headroom"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class Booking:
     #: placed to start as soon as the node had GPUs free, and waiting in line for them: a later
     #: run meant to start now does not start on this node before it (arrival order)
     queued: bool = False
+    #: the GPU power it booked, (start, end, W) per segment; empty: not known (a run placed before
+    #: power was booked), counted as its GPUs' share of the site's cap throughout
+    power: tuple[tuple[datetime, datetime, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class Placement:
     reasons: tuple[str, ...]
     #: a run meant to start now that waits for the chosen node's GPUs (see :attr:`Booking.queued`)
     queued: bool = False
+    #: the GPU power the chosen plan books, (start, end, W) per segment (:func:`booked_power`)
+    power: tuple[tuple[datetime, datetime, float], ...] = ()
 
 
 def objective_value(plan: RunPlan, now: datetime, objective: Objective) -> float:
@@ -84,10 +92,46 @@ def forecast_mean_g_per_kwh(series: IntensitySeries, windows: Sequence[tuple[dat
 
 
 def modes_at_site(site: Site, modes: Sequence[ModeFigures], gpus: int) -> list[ModeFigures]:
-    """The modes a job of ``gpus`` GPUs may use at ``site`` (none drawing more than its power cap per GPU)."""
+    """The modes a job may use at ``site`` at all (none drawing more than its whole power cap)."""
     if site.power_cap_w is None:
         return list(modes)
-    return [m for m in modes if m.power_w <= site.power_cap_w * gpus + 1e-9]
+    return [m for m in modes if m.power_w <= site.power_cap_w + 1e-9]
+
+
+def booked_power(plan: RunPlan, modes: Sequence[ModeFigures]) -> tuple[tuple[datetime, datetime, float], ...]:
+    """The power a placed run books: (start, end, W) per segment of its plan, from its modes' figures."""
+    power = {m.name: m.power_w for m in modes}
+    return tuple((s.start, s.end, power[s.mode]) for s in plan.segments if s.mode in power)
+
+
+def site_headroom(site: Site, bookings: Sequence[Booking]) -> PowerCap | None:
+    """``site``'s power cap less the power the runs placed there booked, over time (None: no cap).
+
+    A booking without its power counts its GPUs' share of the cap throughout; booked segments count
+    from their start to their end, the last one plus the site's changeover (a run that starts a little late)."""
+    cap = site.power_cap_w
+    if cap is None:
+        return None
+    pad = timedelta(seconds=site.changeover_s)
+    pieces: list[tuple[datetime, datetime, float]] = []
+    for b in bookings:
+        if b.site != site.name:
+            continue
+        if b.power:
+            # the changeover follows the run's end only (a piece that ends where the next begins is not padded:
+            # that would count the run twice at every mode change)
+            last = max(e for _, e, _ in b.power)
+            pieces += [(a, e + pad if e >= last else e, w) for a, e, w in b.power]
+        else:
+            pieces.append((b.start, b.end + pad, cap * b.gpus / site.gpus_per_node))
+    windows = [CapWindow(cap, f"site {site.name}'s power cap of {cap:.0f} W")]
+    edges = sorted({t for a, e, _ in pieces for t in (a, e)})
+    for lo, hi in zip(edges, edges[1:]):
+        used = sum(w for a, e, w in pieces if a <= lo < e)
+        if used > 0:
+            windows.append(CapWindow(max(cap - used, 0.0), f"site {site.name}'s power cap of {cap:.0f} W less "
+                                     f"{used:.0f} W booked by the runs placed there", lo, hi))
+    return PowerCap(tuple(windows))
 
 
 def _node_bookings(site: Site, bookings: Sequence[Booking]) -> list[Booking]:
@@ -160,9 +204,10 @@ class _Ask:
     reference_start: datetime | None
     now: datetime
 
-    def plan(self, series: IntensitySeries, modes: Sequence[ModeFigures], not_before: datetime) -> RunPlan:
+    def plan(self, series: IntensitySeries, modes: Sequence[ModeFigures], not_before: datetime,
+             cap: PowerCap | None = None) -> RunPlan:
         return plan_policy_job(self.policy, series, modes, now=self.now, work_s=self.work_s, not_before=not_before,
-                               deadline=self.deadline, reference_start=self.reference_start)
+                               deadline=self.deadline, reference_start=self.reference_start, power_cap=cap)
 
 
 def _plan_at_site(site: Site, series: IntensitySeries, ask: _Ask, modes: Sequence[ModeFigures],
@@ -171,29 +216,41 @@ def _plan_at_site(site: Site, series: IntensitySeries, ask: _Ask, modes: Sequenc
     allowed = modes_at_site(site, modes, gpus)
     if not allowed:
         return SitePlan(site.name, None, None, False,
-                        f"{site.name}: no mode fits its power cap of {site.power_cap_w:g} W per GPU")
+                        f"{site.name}: no mode fits its power cap of {site.power_cap_w:g} W")
     full = _full_intervals(site, gpus, _node_bookings(site, bookings))
+    headroom = site_headroom(site, bookings)
     masked = _masked(series, full)
     not_before = ask.not_before
     if static and ask.reference_start is not None:  # the static plan: the cron start (the gate let no forecast move it)
         not_before = max(not_before, ask.reference_start)
     if ask.deadline is None:  # meant to start now: behind the runs already waiting in line for this node
         not_before = max([not_before] + [b.start for b in bookings if b.site == site.name and b.queued])
-    plan = ask.plan(masked, allowed, not_before)
+    plan = ask.plan(masked, allowed, not_before, headroom)
     for _ in range(len(full) + 1):  # unavoidable (e.g. the deadline needs a full stretch): start after it
         free_at = _conflict(plan, full)
         if free_at is None:
             break
         not_before = max(free_at, not_before)
-        plan = ask.plan(masked, allowed, not_before)
+        plan = ask.plan(masked, allowed, not_before, headroom)
     waited = any(lo < plan.finish for lo, _ in full)
     mean = forecast_mean_g_per_kwh(series, plan.windows())
     forecast = f"{mean:.0f} g/kWh forecast over the run" if mean is not None else "no forecast over the run"
     busy = ", ".join(f"{lo:%H:%M}-{hi:%H:%M}" for lo, hi in full if lo < plan.finish)
     why = (f"{site.name}: start {plan.start:%Y-%m-%d %H:%M} UTC, {plan.carbon_g:.1f} g CO2 ({forecast})"
            + (f"; its GPUs are taken {busy} UTC" if waited else "")
+           + _headroom_words(site, headroom, plan)
            + ("" if plan.feasible else "; misses the deadline"))
     return SitePlan(site.name, plan, mean, waited, why)
+
+
+def _headroom_words(site: Site, headroom: PowerCap | None, plan: RunPlan) -> str:
+    """``; headroom 510-1200 W of its 1200 W cap over the run`` (nothing without a cap)."""
+    if headroom is None or not plan.segments:
+        return ""
+    lows = [headroom.over(s.start, s.end) for s in plan.segments]
+    least, most = min(lows), max(lows)
+    span = f"{least:.0f} W" if abs(most - least) < 0.5 else f"{least:.0f}-{most:.0f} W"
+    return f"; headroom {span} of its {site.power_cap_w:.0f} W power cap over the run"
 
 
 def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], modes: Sequence[ModeFigures], *,
@@ -251,5 +308,5 @@ def place_run(policy: Policy, series_by_site: Mapping[str, IntensitySeries], mod
             reasons[0] += f": as clean as {runner_up.site} and cheaper or listed first"
     reasons += [p.reason for p in plans]
     return Placement(site=best.site, plan=best.plan, sites=tuple(plans), reasons=tuple(reasons),
-                     queued=deadline is None and best.plan.start > not_before)
+                     queued=deadline is None and best.plan.start > not_before, power=booked_power(best.plan, modes))
 
