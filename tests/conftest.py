@@ -148,13 +148,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test that mostly waits on real servers and workers (minutes at low CPU) starts a worker's
     # share: under xdist its waiting then overlaps the CPU-bound rest instead of ending the run alone.
     # xdist's worksteal hands each of its N workers one contiguous 1/N of the collection first, so the
-    # waiting tests are dealt one to each share; all at the front, one worker would wait through them
-    # all in turn (two fleet tests: 10+ minutes) while the other ran out of work.
-    waits = [item for item in items if item.get_closest_marker("waits") is not None]
+    # waiting tests are dealt to the shares, longest first, each to the share with the fewest minutes
+    # of waiting so far (``@pytest.mark.waits(minutes=M)``, default 5): all at the front, one worker
+    # would wait through them all in turn while the others ran out of work.
+    def minutes(item: pytest.Item) -> float:
+        return float(item.get_closest_marker("waits").kwargs.get("minutes", 5))  # type: ignore[union-attr]
+
+    waits = sorted((item for item in items if item.get_closest_marker("waits") is not None), key=minutes, reverse=True)
     rest = [item for item in items if item.get_closest_marker("waits") is None]
     # the collection that counts is the workers' own, where xdist names their number in the environment
     workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
-    shares: list[list[pytest.Item]] = [waits[i::workers] for i in range(workers)]
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for item in waits:
+        min(shares, key=lambda share: sum(map(minutes, share))).append(item)
     size, extra = divmod(len(items), workers)
     for i, share in enumerate(shares):
         fill = max(size + (1 if i < extra else 0) - len(share), 0)

@@ -31,9 +31,12 @@ from tests.flows.local_server import BIN, REPO, run_cli
 pytestmark = [pytest.mark.slow, pytest.mark.waits]
 
 TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
-#: the job: sleep N seconds, or until the wall-clock time ``until:EPOCH`` (two runs that end 1 s apart)
-_SLEEP = ("import sys, time; a = sys.argv[1]; "
-          "time.sleep(max(0.0, float(a[6:]) - time.time()) if a.startswith('until:') else float(a))")
+#: the job: sleep N seconds, or ``file:PATH:S``: until PATH exists, then S seconds more (two runs the test
+#: ends 1 s apart once everything is in place, however long a loaded machine took to get there)
+_SLEEP = ("import os, sys, time; a = sys.argv[1]; f = a.startswith('file:'); "
+          "p, d = a[5:].rsplit(':', 1) if f else ('', a); "
+          "[time.sleep(0.2) for _ in iter(lambda: os.path.exists(p), True)] if f else None; "
+          "time.sleep(float(d))")
 
 
 def _policy(path: Path, name: str, sites: dict[str, int], job_s: str, expected_s: int) -> None:
@@ -165,6 +168,7 @@ def _submit(gridshift, policy: Path) -> str:
     return json.loads(out.stdout)["flow_run_id"]
 
 
+@pytest.mark.waits(minutes=4)  # its share of the run's waiting (tests/conftest.py)
 @pytest.mark.timeout(900)
 def test_queued_runs_take_freed_gpus_at_once_and_a_dead_worker_leaves_nothing_running(own_prefect_server_pg, tmp_path,
                                                                                       monkeypatch):
@@ -179,9 +183,9 @@ def test_queued_runs_take_freed_gpus_at_once_and_a_dead_worker_leaves_nothing_ru
 
     site, limit = "pgq", gpu_limit_name("pgq")
     first, second, queued = (tmp_path / f"{n}.yaml" for n in ("first", "second", "queued"))
-    end = time.time() + 150  # both running jobs end at fixed times, 1 s apart, whenever the worker started them
-    _policy(first, "pg-first", {site: 2}, f"until:{end:.0f}", 120)
-    _policy(second, "pg-second", {site: 2}, f"until:{end + 1:.0f}", 120)
+    release = tmp_path / "release"  # both running jobs end 1 s apart once it exists
+    _policy(first, "pg-first", {site: 2}, f"file:{release}:0", 120)
+    _policy(second, "pg-second", {site: 2}, f"file:{release}:1", 120)
     _policy(queued, "pg-queued", {site: 2}, "30", 30)
     worker = _worker(env, tmp_path, site, gpus=2, defaults=True)
     workers = [worker]
@@ -193,7 +197,10 @@ def test_queued_runs_take_freed_gpus_at_once_and_a_dead_worker_leaves_nothing_ru
         _until("both GPUs are held", lambda: _slots(api, limit) == 2, 120)
         behind = [_submit(gridshift, queued), _submit(gridshift, queued)]
         assert all(_run(api, r)["parameters"]["placement"]["queued"] for r in behind)
-        assert time.time() < end - 20, "the set-up took too long to test the hand-over"
+        # the queued runs reach the worker (its 10 s poll) and wait in line for the GPUs: then the two end
+        _until("both queued runs wait in line for the GPUs", lambda: all(
+            _run(api, r)["state_type"] == "RUNNING" for r in behind), 180, lambda: _explain(api, behind, tmp_path))
+        release.touch()
         reports = _until("the four runs wrote their reports",
                          lambda: (lambda rs: rs if all(rs) else None)([_report(api, r) for r in running + behind]),
                          420, lambda: _explain(api, running + behind, tmp_path))
@@ -235,6 +242,7 @@ def _trained(api: str, runs: list[str]) -> list[dict]:
     return [_report(api, r) or {} for r in runs]
 
 
+@pytest.mark.waits(minutes=5)  # its share of the run's waiting (tests/conftest.py)
 @pytest.mark.timeout(900)
 def test_a_server_restart_mid_run_leaks_no_gpu_and_loses_no_report(prefect_server, tmp_path, monkeypatch):
     """Acceptance 2 of issue 32, on Prefect's default in-memory lease storage (what a user runs first)."""
