@@ -147,10 +147,11 @@ def shared_data() -> Path:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test that mostly waits on real servers and workers (minutes at low CPU) starts a worker's
     # share: under xdist its waiting then overlaps the CPU-bound rest instead of ending the run alone.
-    # xdist's worksteal hands each of its N workers one contiguous 1/N of the collection first, so the
-    # waiting tests are dealt to the shares, longest first, each to the share with the fewest minutes
-    # of waiting so far (``@pytest.mark.waits(minutes=M)``, default 5): all at the front, one worker
-    # would wait through them all in turn while the others ran out of work.
+    # xdist's worksteal hands each of its N workers one contiguous 1/N of the collection first. The
+    # waiting tests go to the first N - 2 shares (all N when N < 3), longest first, each to the share
+    # with the fewest minutes of waiting so far (``@pytest.mark.waits(minutes=M)``, default 5): two
+    # workers start on CPU-bound tests at once, one per core, while the others wait; all at the
+    # front of one share, one worker would wait through them in turn while the others ran out of work.
     def minutes(item: pytest.Item) -> float:
         return float(item.get_closest_marker("waits").kwargs.get("minutes", 5))  # type: ignore[union-attr]
 
@@ -159,8 +160,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # the collection that counts is the workers' own, where xdist names their number in the environment
     workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
     shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    waiting = shares[:workers - 2] if workers >= 3 else shares
     for item in waits:
-        min(shares, key=lambda share: sum(map(minutes, share))).append(item)
+        min(waiting, key=lambda share: sum(map(minutes, share))).append(item)
     size, extra = divmod(len(items), workers)
     for i, share in enumerate(shares):
         fill = max(size + (1 if i < extra else 0) - len(share), 0)
