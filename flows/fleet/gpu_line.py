@@ -39,8 +39,9 @@ __all__ = ["FORGET_S", "LINE_PREFIX", "LineRecord", "PlaceInLine", "REFRESH_S", 
 LINE_PREFIX = "gridshift-line--"
 #: how often a waiting run touches its place in line
 REFRESH_S = 5.0
-#: a place in line not touched this long (server clock) belongs to a dead waiter: the line steps past it
-STALE_S = 20.0
+#: a place in line not touched this long (server clock) belongs to a dead waiter: the line steps past it.
+#: Well above REFRESH_S: a live waiter starved of CPU on a loaded node went 20 s between touches
+STALE_S = 60.0
 #: a dead waiter's place is deleted once this old
 FORGET_S = 600.0
 
