@@ -11,23 +11,34 @@ tonne avoided costs between the least-cost and the least-carbon plan (:func:`pri
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from scheduler.planner import ModeFigures
+from scheduler.planner import ModeFigures, Objective
 from scheduler.planner.mode_figures import DECLARED
 from scheduler.saving import two_parts
 from simulation.strategies import JobOutcome
 
-if TYPE_CHECKING:
-    from simulation.simulate import SimulationResult
-
-__all__ = ["price_summary", "summarise"]
+__all__ = ["Simulated", "price_summary", "summarise"]
 
 
-def summarise(result: "SimulationResult") -> dict[str, Any]:
+class Simulated(Protocol):
+    """What a summary reads of a simulation (:class:`simulation.simulate.SimulationResult` has it), so
+    this module needs nothing from the simulator that calls it."""
+
+    t0: datetime
+    step_s: float
+    values: np.ndarray
+    outcomes: dict[str, list[JobOutcome]]
+    modes: tuple[ModeFigures, ...]
+    forecast: str
+    extra: dict[str, Any]
+    objective: Objective
+
+
+def summarise(result: Simulated) -> dict[str, Any]:
     """The ``--json`` object of ``result`` (grams, joules, seconds; energy and carbon modelled)."""
 
     def tot(jobs: list[JobOutcome], attr: str) -> float:
@@ -128,7 +139,7 @@ def _relative(x: float, ref: float) -> float | None:
     return (x - ref) / abs(ref) if abs(ref) > 1e-12 else None
 
 
-def price_summary(result: "SimulationResult", strategies: dict[str, Any]) -> dict[str, Any]:
+def price_summary(result: Simulated, strategies: dict[str, Any]) -> dict[str, Any]:
     """The objective, each strategy against the least-cost and the least-carbon optimum, and the trade-off."""
     obj = result.objective
     cur = obj.currency
@@ -157,7 +168,7 @@ def price_summary(result: "SimulationResult", strategies: dict[str, Any]) -> dic
             "prices_label": "real day-ahead prices; cost = modelled energy x price"}
 
 
-def _reserve_used(result: "SimulationResult") -> dict[str, Any]:
+def _reserve_used(result: Simulated) -> dict[str, Any]:
     """How far into its deadline margin gridshift's job ran (s; the margin is a pace reserve or idle time)."""
     margin = float((result.extra.get("deadline_margin") or {}).get("margin_s", 0.0))
     used = [max(j.end_s - (j.deadline_s - margin), 0.0) for j in result.outcomes["gridshift"]]

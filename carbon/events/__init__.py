@@ -8,9 +8,9 @@ from a file or a VTN's ``/events`` endpoint, read into grid events: capacity-lim
 Knows nothing of the other rooms: the scheduler turns an event into a run's power cap.
 """
 
-from carbon.events.event import MACHINE, BadEvent, GridEvent, parse_duration, site_scope
+from carbon.events.event import MACHINE, BadEvent, GridEvent, end_event, parse_duration, site_scope
 from carbon.events.openadr import events_from_openadr, read_openadr
 from carbon.events.store import EventStore, default_store
 
-__all__ = ["MACHINE", "BadEvent", "EventStore", "GridEvent", "default_store", "events_from_openadr",
+__all__ = ["MACHINE", "BadEvent", "EventStore", "GridEvent", "default_store", "end_event", "events_from_openadr",
            "parse_duration", "read_openadr", "site_scope"]

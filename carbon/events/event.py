@@ -12,7 +12,7 @@ from typing import Any
 from carbon.errors import BadTrace
 from carbon.series import as_utc
 
-__all__ = ["MACHINE", "BadEvent", "GridEvent", "parse_duration", "site_scope"]
+__all__ = ["MACHINE", "BadEvent", "GridEvent", "end_event", "parse_duration", "site_scope"]
 
 #: the scope of an event for this machine (a plain ``gridshift run``, or every run on this node)
 MACHINE = "machine"
@@ -114,6 +114,18 @@ class GridEvent:
                        source=str(d.get("source", "")), reason=str(d.get("reason", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise BadEvent(f"{where}: not a gridshift event ({type(exc).__name__}: {exc})") from None
+
+
+def end_event(events: list[GridEvent], event_id: str, at: datetime) -> tuple[list[GridEvent], GridEvent | None]:
+    """``events`` with ``event_id`` ended at ``at`` (kept, so runs see it end), and that event; None when
+    there is no such event still on."""
+    found: GridEvent | None = None
+    out = []
+    for e in events:
+        if e.id == event_id and not e.over(at):
+            e = found = e.ended_at(at)
+        out.append(e)
+    return out, found
 
 
 def utcnow() -> datetime:

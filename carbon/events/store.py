@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
-from carbon.events.event import BadEvent, GridEvent, utcnow
+from carbon.events.event import BadEvent, GridEvent, end_event, utcnow
 from carbon.paths import gridshift_home
 
 __all__ = ["EVENTS_FILE_ENV", "EventStore", "default_store"]
@@ -96,16 +96,11 @@ class EventStore:
     def cancel(self, event_id: str, *, now: datetime | None = None) -> GridEvent | None:
         """End the event ``event_id`` now (kept, so runs see it end); None when there is no such event."""
         at = now or utcnow()
-        found: list[GridEvent] = []
+        found: list[GridEvent | None] = [None]
 
         def cut(evs: list[GridEvent]) -> list[GridEvent]:
-            out = []
-            for e in evs:
-                if e.id == event_id and not e.over(at):
-                    e = e.ended_at(at)
-                    found.append(e)
-                out.append(e)
+            out, found[0] = end_event(evs, event_id, at)
             return out
 
         self.update(cut, now=at)
-        return found[0] if found else None
+        return found[0]

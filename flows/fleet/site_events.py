@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable
 
-from carbon.events import GridEvent, site_scope
+from carbon.events import GridEvent, end_event, site_scope
 
 __all__ = ["EVENTS_VARIABLE_PREFIX", "add_site_event", "cancel_site_event", "read_site_events", "site_events_variable"]
 
@@ -51,16 +51,11 @@ def add_site_event(site: str, event: GridEvent) -> None:
 
 def cancel_site_event(site: str, event_id: str, now: datetime) -> GridEvent | None:
     """End ``event_id`` at ``now`` in ``site``'s variable; None when it is not there."""
-    found: list[GridEvent] = []
+    found: list[GridEvent | None] = [None]
 
     def cut(evs: list[GridEvent]) -> list[GridEvent]:
-        out = []
-        for e in evs:
-            if e.id == event_id and not e.over(now):
-                e = e.ended_at(now)
-                found.append(e)
-            out.append(e)
+        out, found[0] = end_event(evs, event_id, now)
         return out
 
     _write(site, cut)
-    return found[0] if found else None
+    return found[0]
