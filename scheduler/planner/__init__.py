@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from carbon.series import as_utc
-from scheduler.planner.explain import explain as explain_plan
+from scheduler.planner.objective import explain as explain_plan
 from scheduler.planner.grid import Signal, signal_end, slot_values
 from scheduler.planner.objective import PriceSignal, objective_weights, time_value_per_h, units_of
 from scheduler.planner.power_cap import PowerCap, cap_mask, cap_reasons, modes_under_cap

@@ -27,6 +27,7 @@ from scheduler.planner.thresholds import Decision, ModeState, decide_by_rule
 from scheduler.planner import ModeFigures, Objective, PlanConstraints, PlanJob, RunPlan, Segment, plan_run
 from scheduler.planner.grid import Signal, as_series
 from scheduler.planner.power_cap import PowerCap
+from scheduler.planner.standing_plan import StandingPlan
 from scheduler.policy.types import AbsoluteRule, Mode, PlanRule, RelativeRule
 from scheduler.run_spec import RunSpec
 
@@ -220,6 +221,7 @@ class PlanDecider:
         self.tracker = WorkTracker(total_s=spec.job.expected_duration_s,
                                    figures={f.name: f for f in (*cap_figures, *figures)}, done_s=done_s,
                                    min_watch_s=spec.interval_s)
+        self._standing: StandingPlan | None = None  # the plan in force, kept while nothing new is seen
 
     @property
     def done_s(self) -> float:
@@ -250,13 +252,30 @@ class PlanDecider:
         live = cap.ends_by(t)
         # the cap's modes only while a cap is ahead, or to leave the one running (the planner then drops it)
         extra = [m for m in self.cap_order if live or m == running]
-        return plan_work(series, self.tracker.planning_figures([*self.order, *extra]), rules=self.rules,
-                         constraints=self.constraints, objective=objective, pausable=self.pausable,
-                         resume_overhead_s=self.resume_overhead_s, now=t, work_s=self.tracker.left_s, not_before=t,
-                         deadline=self.deadline, running_mode=running, running_since=since,
-                         start_now=not started_before and not self.pausable,
-                         resuming=started_before and running is None, pace_measured=measured, explain=self.explain,
-                         price=price, power_cap=live)
+        figures = self.tracker.planning_figures([*self.order, *extra])
+        left_s = self.tracker.left_s
+        inputs = (tuple(figures), objective, measured, started_before, live,
+                  min(self.constraints.deadline_margin_s, (self.deadline - t).total_seconds()) if self.deadline else None)
+        speeds = [f.speed for f in figures]
+        kept = self._standing
+        if kept is not None and kept.stands(t, series, price, left_s=left_s, running=running, since=since,
+                                            inputs=inputs, speeds=speeds):
+            return kept.plan
+        start_now = not started_before and not self.pausable
+        plan = plan_work(series, figures, rules=self.rules, constraints=self.constraints, objective=objective,
+                         pausable=self.pausable, resume_overhead_s=self.resume_overhead_s, now=t, work_s=left_s,
+                         not_before=t, deadline=self.deadline, running_mode=running, running_since=since,
+                         start_now=start_now, resuming=started_before and running is None, pace_measured=measured,
+                         explain=self.explain, price=price, power_cap=live)
+        # a plan stands only on a fixed deadline (without one the horizon moves with every re-plan) and
+        # not when made to start now (it assumed a dwell already served, which the next re-plan may not)
+        self._standing = None
+        if self.deadline is not None and not (start_now and running is None):
+            self._standing = StandingPlan.made(
+                plan, t, deadline=self.deadline, series=series, price=price, speeds=speeds,
+                slot_s=float(self.constraints.slot_s), max_rounding=self.constraints.max_rounding, left_s=left_s,
+                running=running, since=since, inputs=inputs)
+        return plan
 
 
 class ThresholdDecider:
