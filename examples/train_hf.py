@@ -10,7 +10,8 @@ pausable job, a checkpoint on SIGTERM and the resume from it (``GRIDSHIFT_RESUME
     python examples/train_hf.py --max-steps 2000 --layers 12 --width 768 --heads 12 --seq-len 512   # GPT-2 small
 
 ``--step-overhead-s`` stands in for an accelerator's step time on a CPU run; ``--timing`` prints the
-mean step time (steps after the first ``--warmup-steps``) as one JSON line, with the time gridshift's
+mean step time (steps after the first ``--warmup-steps``, the GPU synchronised at both ends) and the
+median time between step ends (robust to a slow step now and then) as one JSON line, with the time gridshift's
 callback spent in its own code per step over the same steps (``TrainingSession.busy_s``);
 ``--no-gridshift`` runs the same script without the callback (the baseline of
 ``benchmarks/device/hf_trainer_check.py``).
@@ -54,6 +55,7 @@ class Report(transformers.TrainerCallback):  # type: ignore[misc]
         self.gridshift = gridshift
         self.t0: float | None = None
         self.t1: float | None = None
+        self.ends: list[float] = []  # each timed step's end (no GPU sync: the queue paces the steps)
         self.busy = [0.0, 0.0]  # gridshift's own seconds at t0 and t1
 
     def _busy_s(self) -> float:
@@ -71,6 +73,8 @@ class Report(transformers.TrainerCallback):  # type: ignore[misc]
             self.busy[0] = self._busy_s()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if self.t0 is not None:
+            self.ends.append(time.perf_counter())
         if self.overhead_s:
             time.sleep(self.overhead_s)
         if state.global_step % self.every == 0:
@@ -121,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"done: {trainer.state.global_step} steps, train_loss={out.training_loss:.4f}", flush=True)
     if args.timing and report.t0 is not None and report.t1 is not None:
         steps = trainer.state.global_step - args.warmup_steps
+        gaps = sorted(b - a for a, b in zip(report.ends, report.ends[1:]))
         print(json.dumps({"timing": {"steps": steps, "seconds": report.t1 - report.t0,
                                      "step_ms": 1000 * (report.t1 - report.t0) / max(steps, 1),
+                                     "median_step_ms": 1000 * gaps[len(gaps) // 2] if gaps else None,
                                      "gridshift": not args.no_gridshift,
                                      "gridshift_us_per_step": 1e6 * (report.busy[1] - report.busy[0]) / max(steps, 1)}}),
               flush=True)
