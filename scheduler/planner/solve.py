@@ -71,6 +71,15 @@ def _credits(speed: np.ndarray, slot_s: float, q: float, n: int) -> np.ndarray:
     return np.floor(np.arange(n + 1)[:, None] * (speed * slot_s / q)[None, :] + 1e-9).astype(np.int64)
 
 
+def _rows(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (mode, credit) pairs that occur in ``G`` (slots, modes), as rows ``[mode, credit]``, and each
+    slot's row per mode: shapes (rows, 2) and (slots, modes)."""
+    low = int(G.min(initial=0))
+    n = int(G.max(initial=0)) - low + 1
+    u, inv = np.unique(G - low + np.arange(G.shape[1]) * n, return_inverse=True)
+    return np.stack((u // n, u % n + low), axis=1), inv.reshape(G.shape)
+
+
 def solve_slots(
     intensity: np.ndarray,
     power_w: np.ndarray,
@@ -172,53 +181,66 @@ def solve_slots(
     hi = np.minimum(W - 1, fast[T] - fast[:T] + 2)
     if running_mode is not None and not pausable:
         hi = np.minimum(hi, W - 1 - F[:T].min(axis=1) + 2 * (ts // D + 2))
-    # the index and cost arrays of a slot depend only on its modes' credits, which take few patterns
-    cont_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    block_of: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-    # per-slot numbers read once for all slots (the loop runs ~170 times a plan, 23 000 plans a 12 h year)
-    G1 = F[1:T + 1] - F[:T]
+    # The slot loop runs ~90 times a plan on bands of ~90 work levels, 23 000 plans a 12 h year: numpy's
+    # per-call overhead is its cost, so a slot makes as few calls as it can. Its 2 M candidates, rows
+    # :M continue (mode m held into slot t + 1, read at row t + 1) and rows M: a block (a dwell block
+    # entered at t, read at row t + D), are gathered with one take from the flat values and costed
+    # with one multiply-add; each element gets the operations, in the order, of computing them apart.
+    # Candidate i reads offset off[i] + max(r - shift[t, i], 0) of its row, r the work left.
+    G1 = F[1:T + 1] - F[:T]                                                            # credits of slot t
+    shift = np.concatenate((G1, CF[:, D]), axis=1)                                    # (T, 2 M)
+    off = np.concatenate((base[:, 0], (D - 1) * M * W + base[:, 0]))[:, None]          # from row t + 1
+    start = (ts[:, None] + 1) * (M * W) + off[:, 0] - shift                            # flat index at r = 0
+    coef = np.concatenate((np.repeat(c[:T, None], M, axis=1), np.repeat((cum[ts + D] - cum[ts])[:, None], M, axis=1)),
+                          axis=1)                                                      # (T, 2 M): c[t], block sum
+    e2 = np.concatenate((energy_g, energy_g))
+    # Where r > every shift of the slot (most slots), a continue's cost factor min(r / g, 1) and a
+    # block's (r > G) are exactly 1.0, so coef x (e x 1.0) is coef x e, one number per candidate.
+    flat_cost = (coef * e2)[:, :, None]
+    coef = coef[:, :, None]
+    plain = max(Rf, int(G1.max(initial=0)) + 1)
+    # Below that (the last slots of a plan), the cost factors per (mode, credit) that occur: rows of
+    # (mode, credit) pairs, a slot's candidates picking theirs (sel).
+    rows_c, sel_c = _rows(G1)
+    rows_b, sel_b = _rows(CF[:, D])
+    mc, gc = rows_c[:, :1], rows_c[:, 1:]
+    frac = np.minimum(r / gc, 1.0)
+    row_e = np.concatenate((energy_g[mc] * frac, energy_g[rows_b[:, :1]] * (r > rows_b[:, 1:])))
+    row_f = np.where((r <= gc) & (r > 0), frac, 0.0)                                  # time value of a finish
+    sel = np.concatenate((sel_c, sel_b + len(rows_c)), axis=1)
+    if masked:
+        refused2 = np.concatenate((refused[:T], block_refused), axis=1)
     lo_l, hi_l = lo.tolist(), hi.tolist()
-    V3 = V.reshape(T + D + 1, M, W)
+    Vf, V3 = V.reshape(-1), V.reshape(T + D + 1, M, W)                                # views of V
+    rr = np.arange(W)
     for t in range(T - 1, -1, -1):
         a, b = lo_l[t], hi_l[t] + 1
         if b <= a:
             continue
-        g = G1[t]
-        key = g.tobytes()
-        if key not in cont_of:
-            gc = g[:, None]
-            frac = np.minimum(r / gc, 1.0)
-            cont_of[key] = (base + np.maximum(r - gc, 0), e_col * frac, np.where((r <= gc) & (r > 0), frac, 0.0))
-        idx_c, e_c, f_c = cont_of[key]
-        cont = V[t + 1].take(idx_c[:, a:b])
-        cont += c[t] * e_c[:, a:b]
+        if a >= plain:
+            x = Vf.take(start[t][:, None] + rr[a:b])
+            x += flat_cost[t]
+        else:
+            x = Vf.take(np.maximum(start[t][:, None] + rr[a:b], (t + 1) * M * W + off))
+            x += coef[t] * row_e[sel[t], a:b]
         if tv:
-            cont += tv * (f_c[:, a:b] + t * (f_c[:, a:b] > 0))
+            f_c = row_f[sel_c[t], a:b]
+            x[:M] += tv * (f_c + t * (f_c > 0))
         if masked:
-            cont[refused[t]] = inf
-        G = CF[t, D]
-        key = G.tobytes()
-        if key not in block_of:
-            block_of[key] = (base + np.maximum(r - G[:, None], 0), e_col * (r > G[:, None]))
-        idx_b, e_b = block_of[key]
-        block = V[t + D].take(idx_b[:, a:b])
-        block += (cum[t + D] - cum[t]) * e_b[:, a:b]
-        if masked:
-            block[block_refused[t]] = inf
+            x[refused2[t]] = inf
         if a < Rf:
             n = min(b, Rf) - a
-            np.copyto(block[:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
-        sw = np.minimum.reduce(block, axis=0)  # not ndarray.min: its Python wrapper is 5 % of a plan
-        SW[t, a:b] = sw
+            np.copyto(x[M:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
+        # np.minimum.reduce, not ndarray.min: its Python wrapper was 5 % of a plan
+        sw = np.minimum.reduce(x[M:], axis=0, out=SW[t, a:b])
         vt = V3[t]
-        np.minimum(cont, sw[None, :], out=vt[:, a:b])
+        np.minimum(x[:M], sw, out=vt[:, a:b])
         if P is not None:
-            sw = SW[t]
-            pt = P[t]
-            pt[: W - o] = np.minimum(P[t + 1][: W - o], sw[o:])
-            pt[W - o:] = P[t + 1][W - o:]
+            pt, pn = P[t], P[t + 1]
+            np.minimum(pn[:W - o], SW[t, o:], out=pt[:W - o])
+            pt[W - o:] = pn[W - o:]
             pt[0] = 0.0
-            np.minimum(vt, pt[None, :], out=vt)
+            np.minimum(vt, pt, out=vt)
 
     # the replay walks slot by slot in Python: it reads these as Python numbers (the same values)
     Fl, cl, el = F.tolist(), c.tolist(), energy_g.tolist()
