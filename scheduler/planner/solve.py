@@ -71,13 +71,17 @@ def _credits(speed: np.ndarray, slot_s: float, q: float, n: int) -> np.ndarray:
     return np.floor(np.arange(n + 1)[:, None] * (speed * slot_s / q)[None, :] + 1e-9).astype(np.int64)
 
 
-def _rows(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (mode, credit) pairs that occur in ``G`` (slots, modes), as rows ``[mode, credit]``, and each
-    slot's row per mode: shapes (rows, 2) and (slots, modes)."""
-    low = int(G.min(initial=0))
-    n = int(G.max(initial=0)) - low + 1
-    u, inv = np.unique(G - low + np.arange(G.shape[1]) * n, return_inverse=True)
-    return np.stack((u // n, u % n + low), axis=1), inv.reshape(G.shape)
+def _rows(G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (mode, credit) pairs that occur in ``G`` (slots, modes), as columns of their modes and their
+    credits, and each slot's pair per mode (its index in them), shape (slots, modes). Credits are few
+    small integers: a table over their range rather than np.unique (a sort, ten times slower here)."""
+    low = int(G.min())
+    n = int(G.max()) - low + 1
+    key = G - low + np.arange(G.shape[1]) * n
+    seen = np.zeros(G.shape[1] * n, dtype=bool)
+    seen[key] = True
+    u = np.flatnonzero(seen)
+    return (u // n)[:, None], (u % n + low)[:, None], (np.cumsum(seen) - 1)[key]
 
 
 def solve_slots(
@@ -154,9 +158,15 @@ def solve_slots(
     CF[:, 1:, :] -= tax[None, None, :]
     Rf = min(int(CF[:, D, :].max()) + 1, W)
     rf = np.arange(Rf)
-    jj = np.minimum((CF[:, 1:, :, None] < rf[None, None, None, :]).sum(axis=1), D - 1)   # (T, M, Rf): finishing slot
+    # (T, M, Rf): finishing slot of the block; counted a slot at a time and read with flat takes, which
+    # cost half of a (T, D, M, Rf) comparison summed and of fancy indexing by three arrays
+    jj = (CF[:, 1, :, None] < rf).astype(np.int64)
+    for k in range(2, D + 1):
+        jj += CF[:, k, :, None] < rf
+    np.minimum(jj, D - 1, out=jj)
     tix, mix = ts[:, None, None], np.arange(M)[None, :, None]
-    lo, hi = CF[tix, jj, mix], CF[tix, jj + 1, mix]
+    at = tix * ((D + 1) * M) + mix + jj * M
+    lo, hi = CF.take(at), CF.take(at + M)
     fb = (rf[None, None, :] - lo) / np.maximum(hi - lo, 1)
     tj = tix + jj
     ends = tj + fb
@@ -191,8 +201,9 @@ def solve_slots(
     shift = np.concatenate((G1, CF[:, D]), axis=1)                                    # (T, 2 M)
     off = np.concatenate((base[:, 0], (D - 1) * M * W + base[:, 0]))[:, None]          # from row t + 1
     start = (ts[:, None] + 1) * (M * W) + off[:, 0] - shift                            # flat index at r = 0
-    coef = np.concatenate((np.repeat(c[:T, None], M, axis=1), np.repeat((cum[ts + D] - cum[ts])[:, None], M, axis=1)),
-                          axis=1)                                                      # (T, 2 M): c[t], block sum
+    coef = np.empty((T, 2 * M))                                                       # c[t], the block's sum
+    coef[:, :M] = c[:T, None]
+    coef[:, M:] = (cum[ts + D] - cum[ts])[:, None]
     e2 = np.concatenate((energy_g, energy_g))
     # Where r > every shift of the slot (most slots), a continue's cost factor min(r / g, 1) and a
     # block's (r > G) are exactly 1.0, so coef x (e x 1.0) is coef x e, one number per candidate.
@@ -201,24 +212,29 @@ def solve_slots(
     plain = max(Rf, int(G1.max(initial=0)) + 1)
     # Below that (the last slots of a plan), the cost factors per (mode, credit) that occur: rows of
     # (mode, credit) pairs, a slot's candidates picking theirs (sel).
-    rows_c, sel_c = _rows(G1)
-    rows_b, sel_b = _rows(CF[:, D])
-    mc, gc = rows_c[:, :1], rows_c[:, 1:]
+    mc, gc, sel_c = _rows(G1)
+    mb, gb, sel_b = _rows(CF[:, D])
     frac = np.minimum(r / gc, 1.0)
-    row_e = np.concatenate((energy_g[mc] * frac, energy_g[rows_b[:, :1]] * (r > rows_b[:, 1:])))
+    row_e = np.concatenate((energy_g[mc] * frac, energy_g[mb] * (r > gb)))
     row_f = np.where((r <= gc) & (r > 0), frac, 0.0)                                  # time value of a finish
-    sel = np.concatenate((sel_c, sel_b + len(rows_c)), axis=1)
+    sel = np.concatenate((sel_c, sel_b + len(mc)), axis=1)
     if masked:
         refused2 = np.concatenate((refused[:T], block_refused), axis=1)
     lo_l, hi_l = lo.tolist(), hi.tolist()
     Vf, V3 = V.reshape(-1), V.reshape(T + D + 1, M, W)                                # views of V
     rr = np.arange(W)
+    # where the candidates read r - shift for r in the band, each reads a run of the flat values: rows of
+    # a read-only sliding window of them, gathered without an index per element
+    nmax = max(max(h + 1 - l for l, h in zip(lo_l, hi_l)), 1)
+    win = np.ndarray((len(Vf) - nmax + 1, nmax), Vf.dtype, Vf, 0, (Vf.itemsize,) * 2)   # as_strided, less its cost
+    win.flags.writeable = False
+    at_lo = list(start + lo[:, None])                                                 # flat index at r = a
     for t in range(T - 1, -1, -1):
         a, b = lo_l[t], hi_l[t] + 1
         if b <= a:
             continue
         if a >= plain:
-            x = Vf.take(start[t][:, None] + rr[a:b])
+            x = win[at_lo[t], :b - a]
             x += flat_cost[t]
         else:
             x = Vf.take(np.maximum(start[t][:, None] + rr[a:b], (t + 1) * M * W + off))
@@ -233,10 +249,9 @@ def solve_slots(
             np.copyto(x[M:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
         # np.minimum.reduce, not ndarray.min: its Python wrapper was 5 % of a plan
         sw = np.minimum.reduce(x[M:], axis=0, out=SW[t, a:b])
-        vt = V3[t]
-        np.minimum(x[:M], sw, out=vt[:, a:b])
+        np.minimum(x[:M], sw, out=V3[t, :, a:b])
         if P is not None:
-            pt, pn = P[t], P[t + 1]
+            vt, pt, pn = V3[t], P[t], P[t + 1]
             np.minimum(pn[:W - o], SW[t, o:], out=pt[:W - o])
             pt[W - o:] = pn[W - o:]
             pt[0] = 0.0
