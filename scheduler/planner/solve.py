@@ -146,9 +146,8 @@ def solve_slots(
     # Values are flat arrays over (mode, work left in quanta); the cell (m, 0) is "done" and stays 0,
     # so every transition that finishes reads it and adds its own finishing cost.
     r = np.arange(W)[None, :]
-    base = np.arange(M)[:, None] * W
-    e_col = energy_g[:, None]
-    # finishing inside a dwell block entered at t, for every t at once: (T, M, Rf) over work left r < Rf
+    base = np.arange(M) * W                                                            # cell (m, 0)
+    # a dwell block entered at t: its credits by each of its slots, and (finishing()) what finishing in it costs
     ts = np.arange(T)
     CF = F[ts[:, None] + np.arange(D + 1)[None, :]] - F[ts][:, None, :]              # (T, D + 1, M) credited since t
     # a run entered at t is credited one quantum less (a mode whose slot work is not whole quanta): its
@@ -158,27 +157,34 @@ def solve_slots(
     CF[:, 1:, :] -= tax[None, None, :]
     Rf = min(int(CF[:, D, :].max()) + 1, W)
     rf = np.arange(Rf)
-    # (T, M, Rf): finishing slot of the block; counted a slot at a time and read with flat takes, which
-    # cost half of a (T, D, M, Rf) comparison summed and of fancy indexing by three arrays
-    jj = (CF[:, 1, :, None] < rf).astype(np.int64)
-    for k in range(2, D + 1):
-        jj += CF[:, k, :, None] < rf
-    np.minimum(jj, D - 1, out=jj)
-    tix, mix = ts[:, None, None], np.arange(M)[None, :, None]
-    at = tix * ((D + 1) * M) + mix + jj * M
-    lo, hi = CF.take(at), CF.take(at + M)
-    fb = (rf[None, None, :] - lo) / np.maximum(hi - lo, 1)
-    tj = tix + jj
-    ends = tj + fb
-    fin_all = energy_g[None, :, None] * (cum[tj] - cum[ts][:, None, None] + fb * c[tj]) + tv * ends
-    fin_all[ends > T + 1e-9] = inf
-    if masked:  # a finishing block needs its mode allowed from its entry to its finishing slot
-        fin_all[(bad[tj + 1, mix] - bad[tix, mix]) > 0] = inf
+    mix = np.arange(M)[None, :, None]
+
+    def finishing(tt: np.ndarray) -> np.ndarray:
+        """The cost of finishing inside a dwell block entered at each slot of ``tt``, per mode and work
+        left r < Rf: (len(tt), M, Rf). Element by element, so slots computed apart get the same numbers."""
+        cf = CF[tt]
+        # the block's finishing slot, counted a dwell slot at a time and read with flat takes (a
+        # (.., D, M, Rf) comparison summed, and fancy indexing by three arrays, cost twice as much)
+        jj = (cf[:, 1, :, None] < rf).astype(np.int64)
+        for k in range(2, D + 1):
+            jj += cf[:, k, :, None] < rf
+        np.minimum(jj, D - 1, out=jj)
+        at = np.arange(len(tt))[:, None, None] * ((D + 1) * M) + mix + jj * M
+        lo, hi = cf.take(at), cf.take(at + M)
+        fb = (rf[None, None, :] - lo) / np.maximum(hi - lo, 1)
+        tix = tt[:, None, None]
+        tj = tix + jj
+        ends = tj + fb
+        fin = energy_g[None, :, None] * (cum[tj] - cum[tt][:, None, None] + fb * c[tj]) + tv * ends
+        fin[ends > T + 1e-9] = inf
+        if masked:  # a finishing block needs its mode allowed from its entry to its finishing slot
+            fin[(bad[tj + 1, mix] - bad[tix, mix]) > 0] = inf
+        return fin
+
     block_refused = (bad[ts + D] - bad[ts]) > 0                                          # (T, M): a whole dwell block
-    fin_mask = (rf[None, None, :] <= CF[:, D, :, None]) & (rf[None, None, :] > 0)
 
     V = np.full((T + D + 1, M * W), inf)
-    V[:, base[:, 0]] = 0.0
+    V[:, base] = 0.0
     P = np.full((T + 1, W), inf) if pausable else None
     if P is not None:
         P[:, 0] = 0.0
@@ -191,6 +197,21 @@ def solve_slots(
     hi = np.minimum(W - 1, fast[T] - fast[:T] + 2)
     if running_mode is not None and not pausable:
         hi = np.minimum(hi, W - 1 - F[:T].min(axis=1) + 2 * (ts // D + 2))
+    # The loop reads the finishing costs in the slots whose band reaches below Rf (the last ones, a
+    # quarter of a plan's): only those are computed ahead; the replay computes the others it reads.
+    below = np.flatnonzero(lo < Rf)
+    t0 = int(below[0]) if len(below) else T
+    fin_late = finishing(np.arange(t0, T))
+    fin_mask = (rf[None, None, :] <= CF[t0:, D, :, None]) & (rf[None, None, :] > 0)
+    fin_early: dict[int, np.ndarray] = {}
+
+    def fin_at(t: int) -> np.ndarray:
+        if t >= t0:
+            return fin_late[t - t0]
+        if t not in fin_early:
+            fin_early[t] = finishing(np.array([t]))[0]
+        return fin_early[t]
+
     # The slot loop runs ~90 times a plan on bands of ~90 work levels, 23 000 plans a 12 h year: numpy's
     # per-call overhead is its cost, so a slot makes as few calls as it can. Its 2 M candidates, rows
     # :M continue (mode m held into slot t + 1, read at row t + 1) and rows M: a block (a dwell block
@@ -199,7 +220,7 @@ def solve_slots(
     # Candidate i reads offset off[i] + max(r - shift[t, i], 0) of its row, r the work left.
     G1 = F[1:T + 1] - F[:T]                                                            # credits of slot t
     shift = np.concatenate((G1, CF[:, D]), axis=1)                                    # (T, 2 M)
-    off = np.concatenate((base[:, 0], (D - 1) * M * W + base[:, 0]))[:, None]          # from row t + 1
+    off = np.concatenate((base, (D - 1) * M * W + base))[:, None]          # from row t + 1
     start = (ts[:, None] + 1) * (M * W) + off[:, 0] - shift                            # flat index at r = 0
     coef = np.empty((T, 2 * M))                                                       # c[t], the block's sum
     coef[:, :M] = c[:T, None]
@@ -225,7 +246,7 @@ def solve_slots(
     rr = np.arange(W)
     # where the candidates read r - shift for r in the band, each reads a run of the flat values: rows of
     # a read-only sliding window of them, gathered without an index per element
-    nmax = max(max(h + 1 - l for l, h in zip(lo_l, hi_l)), 1)
+    nmax = max(int((hi - lo).max()) + 1, 1)
     win = np.ndarray((len(Vf) - nmax + 1, nmax), Vf.dtype, Vf, 0, (Vf.itemsize,) * 2)   # as_strided, less its cost
     win.flags.writeable = False
     at_lo = list(start + lo[:, None])                                                 # flat index at r = a
@@ -246,7 +267,7 @@ def solve_slots(
             x[refused2[t]] = inf
         if a < Rf:
             n = min(b, Rf) - a
-            np.copyto(x[M:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
+            np.copyto(x[M:, :n], fin_late[t - t0][:, a:a + n], where=fin_mask[t - t0][:, a:a + n])
         # np.minimum.reduce, not ndarray.min: its Python wrapper was 5 % of a plan
         sw = np.minimum.reduce(x[M:], axis=0, out=SW[t, a:b])
         np.minimum(x[:M], sw, out=V3[t, :, a:b])
@@ -258,22 +279,25 @@ def solve_slots(
             np.minimum(vt, pt, out=vt)
 
     # the replay walks slot by slot in Python: it reads these as Python numbers (the same values)
-    Fl, cl, el = F.tolist(), c.tolist(), energy_g.tolist()
+    # (a Python float plus a numpy float is the same IEEE sum), and a value as Vf.item(flat index)
+    Fl, cl, el, taxl = F.tolist(), c.tolist(), energy_g.tolist(), tax.tolist()
+    refused_l = refused.tolist() if masked else []
+    MW = M * W
 
     def cont_value(t: int, m: int, left: int) -> float:
-        if refused[t, m]:
+        if masked and refused_l[t][m]:
             return inf
         gm = Fl[t + 1][m] - Fl[t][m]
         if left <= gm:
             f = left / gm
-            return float(el[m] * cl[t] * f + tv * (t + f))
-        return float(el[m] * cl[t] + V[t + 1][m * W + left - gm])
+            return el[m] * cl[t] * f + tv * (t + f)
+        return el[m] * cl[t] + Vf.item((t + 1) * MW + m * W + left - gm)
 
     def block_values(t: int, left: int) -> np.ndarray:
         out = np.empty(M)
         for m in range(M):
             if left <= CF[t, D, m]:
-                out[m] = fin_all[t, m, left]
+                out[m] = fin_at(t)[m, left]
             elif block_refused[t, m]:
                 out[m] = inf
             else:
@@ -292,7 +316,7 @@ def solve_slots(
             nonlocal t, left
             for k in range(slots):
                 modes.append(m)
-                left -= Fl[t + 1][m] - Fl[t][m] - (int(tax[m]) if entered and k == 0 else 0)
+                left -= Fl[t + 1][m] - Fl[t][m] - (taxl[m] if entered and k == 0 else 0)
                 t += 1
                 if left <= 0:
                     return True
@@ -319,7 +343,8 @@ def solve_slots(
             if not math.isfinite(U[0]):
                 return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
             objective = float(U[0])
-            while t < T and not (allowed[t] and close(float(entry[t]), U[t + 1])):
+            allowed_l, entry_l, U_l = allowed.tolist(), entry.tolist(), U.tolist()
+            while t < T and not (allowed_l[t] and close(entry_l[t], U_l[t + 1])):
                 modes.append(WAIT)
                 t += 1
             state, m = ("pause" if resuming else "start"), -1
@@ -339,10 +364,11 @@ def solve_slots(
                 modes.append(WAIT)
                 t += 1
             else:
-                here = float(V[t][m * W + left])
-                if close(cont_value(t, m, left), here):
-                    if run(m, 1):
-                        break
+                here = Vf.item(t * MW + m * W + left)
+                if cont_value(t, m, left) <= here + 1e-9 * max(1.0, abs(here)):  # close(), inlined: most slots
+                    modes.append(m)  # run(m, 1), inlined: the loop's test is its stop
+                    left -= Fl[t + 1][m] - Fl[t][m]
+                    t += 1
                 elif close(float(block_values(t, left).min()), here):
                     state = "start"
                 else:
