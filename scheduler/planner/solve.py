@@ -72,9 +72,8 @@ def _credits(speed: np.ndarray, slot_s: float, q: float, n: int) -> np.ndarray:
 
 
 def _rows(G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The (mode, credit) pairs that occur in ``G`` (slots, modes), as columns of their modes and their
-    credits, and each slot's pair per mode (its index in them), shape (slots, modes). Credits are few
-    small integers: a table over their range rather than np.unique (a sort, ten times slower here)."""
+    """The (mode, credit) pairs in ``G`` (slots, modes): their modes and credits as columns, and each slot's
+    pair per mode. Credits are few small integers: a table over their range (np.unique sorts, 10x slower)."""
     low = int(G.min())
     n = int(G.max()) - low + 1
     key = G - low + np.arange(G.shape[1]) * n
@@ -160,11 +159,9 @@ def solve_slots(
     mix = np.arange(M)[None, :, None]
 
     def finishing(tt: np.ndarray) -> np.ndarray:
-        """The cost of finishing inside a dwell block entered at each slot of ``tt``, per mode and work
-        left r < Rf: (len(tt), M, Rf). Element by element, so slots computed apart get the same numbers."""
+        """Finishing in a dwell block entered at each slot of ``tt``, per mode and work left r < Rf: (len(tt), M,
+        Rf), element by element (slots apart get the same bits); finishing slots counted a dwell slot at a time."""
         cf = CF[tt]
-        # the block's finishing slot, counted a dwell slot at a time and read with flat takes (a
-        # (.., D, M, Rf) comparison summed, and fancy indexing by three arrays, cost twice as much)
         jj = (cf[:, 1, :, None] < rf).astype(np.int64)
         for k in range(2, D + 1):
             jj += cf[:, k, :, None] < rf
@@ -199,56 +196,43 @@ def solve_slots(
         hi = np.minimum(hi, W - 1 - F[:T].min(axis=1) + 2 * (ts // D + 2))
     # The loop reads the finishing costs in the slots whose band reaches below Rf (the last ones, a
     # quarter of a plan's): only those are computed ahead; the replay computes the others it reads.
-    below = np.flatnonzero(lo < Rf)
-    t0 = int(below[0]) if len(below) else T
+    lo_l, hi_l = lo.tolist(), hi.tolist()
+    t0 = next((t for t, a in enumerate(lo_l) if a < Rf), T)
     fin_late = finishing(np.arange(t0, T))
     fin_mask = (rf[None, None, :] <= CF[t0:, D, :, None]) & (rf[None, None, :] > 0)
-    fin_early: dict[int, np.ndarray] = {}
+    fin_early: dict[int, np.ndarray] = {}                                              # the replay's, as it reads them
 
     def fin_at(t: int) -> np.ndarray:
-        if t >= t0:
-            return fin_late[t - t0]
-        if t not in fin_early:
+        if t < t0 and t not in fin_early:
             fin_early[t] = finishing(np.array([t]))[0]
-        return fin_early[t]
+        return fin_late[t - t0] if t >= t0 else fin_early[t]
 
-    # The slot loop runs ~90 times a plan on bands of ~90 work levels, 23 000 plans a 12 h year: numpy's
-    # per-call overhead is its cost, so a slot makes as few calls as it can. Its 2 M candidates, rows
-    # :M continue (mode m held into slot t + 1, read at row t + 1) and rows M: a block (a dwell block
-    # entered at t, read at row t + D), are gathered with one take from the flat values and costed
-    # with one multiply-add; each element gets the operations, in the order, of computing them apart.
-    # Candidate i reads offset off[i] + max(r - shift[t, i], 0) of its row, r the work left.
+    # The slot loop runs ~90 times a plan on ~90 work levels, 23 000 plans a 12 h year: numpy's per-call
+    # overhead is its cost. A slot's 2 M candidates, rows :M continue (mode m held, read at row t + 1) and
+    # M: a block (entered at t, read at row t + D; candidate i reads off[i] + max(r - shift[t, i], 0) from
+    # row t + 1's start), are gathered in one call and costed in one, each element as if apart (same bits).
     G1 = F[1:T + 1] - F[:T]                                                            # credits of slot t
     shift = np.concatenate((G1, CF[:, D]), axis=1)                                    # (T, 2 M)
-    off = np.concatenate((base, (D - 1) * M * W + base))[:, None]          # from row t + 1
+    off = np.concatenate((base, (D - 1) * M * W + base))[:, None]
     start = (ts[:, None] + 1) * (M * W) + off[:, 0] - shift                            # flat index at r = 0
-    coef = np.empty((T, 2 * M))                                                       # c[t], the block's sum
-    coef[:, :M] = c[:T, None]
-    coef[:, M:] = (cum[ts + D] - cum[ts])[:, None]
-    e2 = np.concatenate((energy_g, energy_g))
+    coef = np.repeat(np.stack((c[:T], cum[ts + D] - cum[ts]), axis=1), M, axis=1)    # c[t] x M, the block's sum x M
     # Where r > every shift of the slot (most slots), a continue's cost factor min(r / g, 1) and a
     # block's (r > G) are exactly 1.0, so coef x (e x 1.0) is coef x e, one number per candidate.
-    flat_cost = (coef * e2)[:, :, None]
-    coef = coef[:, :, None]
+    flat_cost, coef = (coef * np.concatenate((energy_g, energy_g)))[:, :, None], coef[:, :, None]
     plain = max(Rf, int(G1.max(initial=0)) + 1)
-    # Below that (the last slots of a plan), the cost factors per (mode, credit) that occur: rows of
-    # (mode, credit) pairs, a slot's candidates picking theirs (sel).
+    # below that (a plan's last slots), the factors of each (mode, credit) that occurs, a slot picking its rows
     mc, gc, sel_c = _rows(G1)
     mb, gb, sel_b = _rows(CF[:, D])
     frac = np.minimum(r / gc, 1.0)
     row_e = np.concatenate((energy_g[mc] * frac, energy_g[mb] * (r > gb)))
     row_f = np.where((r <= gc) & (r > 0), frac, 0.0)                                  # time value of a finish
     sel = np.concatenate((sel_c, sel_b + len(mc)), axis=1)
-    if masked:
-        refused2 = np.concatenate((refused[:T], block_refused), axis=1)
-    lo_l, hi_l = lo.tolist(), hi.tolist()
+    refused2 = np.concatenate((refused[:T], block_refused), axis=1) if masked else None
     Vf, V3 = V.reshape(-1), V.reshape(T + D + 1, M, W)                                # views of V
-    rr = np.arange(W)
-    # where the candidates read r - shift for r in the band, each reads a run of the flat values: rows of
-    # a read-only sliding window of them, gathered without an index per element
+    # above it each candidate reads a run of the flat values: a row of a sliding window of them (only read;
+    # np.ndarray on Vf's buffer: as_strided costs 30 times more)
     nmax = max(int((hi - lo).max()) + 1, 1)
-    win = np.ndarray((len(Vf) - nmax + 1, nmax), Vf.dtype, Vf, 0, (Vf.itemsize,) * 2)   # as_strided, less its cost
-    win.flags.writeable = False
+    win = np.ndarray((len(Vf) - nmax + 1, nmax), Vf.dtype, Vf, 0, (Vf.itemsize,) * 2)
     at_lo = list(start + lo[:, None])                                                 # flat index at r = a
     for t in range(T - 1, -1, -1):
         a, b = lo_l[t], hi_l[t] + 1
@@ -258,12 +242,12 @@ def solve_slots(
             x = win[at_lo[t], :b - a]
             x += flat_cost[t]
         else:
-            x = Vf.take(np.maximum(start[t][:, None] + rr[a:b], (t + 1) * M * W + off))
+            x = Vf.take(np.maximum(start[t][:, None] + r[:, a:b], (t + 1) * M * W + off))
             x += coef[t] * row_e[sel[t], a:b]
         if tv:
             f_c = row_f[sel_c[t], a:b]
             x[:M] += tv * (f_c + t * (f_c > 0))
-        if masked:
+        if refused2 is not None:
             x[refused2[t]] = inf
         if a < Rf:
             n = min(b, Rf) - a
@@ -278,8 +262,7 @@ def solve_slots(
             pt[0] = 0.0
             np.minimum(vt, pt, out=vt)
 
-    # the replay walks slot by slot in Python: it reads these as Python numbers (the same values)
-    # (a Python float plus a numpy float is the same IEEE sum), and a value as Vf.item(flat index)
+    # the replay walks slot by slot in Python: it reads these, and values (Vf.item), as Python numbers
     Fl, cl, el, taxl = F.tolist(), c.tolist(), energy_g.tolist(), tax.tolist()
     refused_l = refused.tolist() if masked else []
     MW = M * W
@@ -343,8 +326,7 @@ def solve_slots(
             if not math.isfinite(U[0]):
                 return SlotPlan(np.zeros(0, dtype=int), False, inf, 0)
             objective = float(U[0])
-            allowed_l, entry_l, U_l = allowed.tolist(), entry.tolist(), U.tolist()
-            while t < T and not (allowed_l[t] and close(entry_l[t], U_l[t + 1])):
+            while t < T and not (allowed[t] and close(float(entry[t]), U[t + 1])):
                 modes.append(WAIT)
                 t += 1
             state, m = ("pause" if resuming else "start"), -1
