@@ -214,7 +214,7 @@ def solve_slots(
     G1 = F[1:T + 1] - F[:T]                                                            # credits of slot t
     shift = np.concatenate((G1, CF[:, D]), axis=1)                                    # (T, 2 M)
     off = np.concatenate((base, (D - 1) * M * W + base))[:, None]
-    start = (ts[:, None] + 1) * (M * W) + off[:, 0] - shift                            # flat index at r = 0
+    start = (ts[:, None] + 1) * (M * W) + off[:, 0] - shift                            # reads start + r, r >= shift
     coef = np.repeat(np.stack((c[:T], cum[ts + D] - cum[ts]), axis=1), M, axis=1)    # c[t] x M, the block's sum x M
     # Where r > every shift of the slot (most slots), a continue's cost factor min(r / g, 1) and a
     # block's (r > G) are exactly 1.0, so coef x (e x 1.0) is coef x e, one number per candidate.
