@@ -254,13 +254,13 @@ def plan_slots(intensity: np.ndarray, job: PlanJob, modes: Sequence[ModeFigures]
                     resume_overhead_s=job.resume_overhead_s if job.pausable else 0.0)[2] / _KWH_PER_MWH
             if pr is not None else None)
     segments: list[tuple[int, int, int, float]] = []  # (first slot, last slot, mode, seconds in last slot)
-    for k, m in enumerate(sp.modes):
-        if m < 0 or ran[k] <= 0:
+    for k, (m, rk) in enumerate(zip(sp.modes.tolist(), ran.tolist())):  # Python numbers: a 12 h plan has ~150 slots
+        if m < 0 or rk <= 0:
             continue
         if segments and segments[-1][2] == m and segments[-1][1] == k - 1 and segments[-1][3] >= slot - 1e-9:
-            segments[-1] = (segments[-1][0], k, m, float(ran[k]))
+            segments[-1] = (segments[-1][0], k, m, rk)
         else:
-            segments.append((k, k, m, float(ran[k])))
+            segments.append((k, k, m, rk))
     at = lambda s: now + timedelta(seconds=s)  # noqa: E731
     built: list[Segment] = []
     for a, b, m, last in segments:

@@ -71,6 +71,18 @@ def _credits(speed: np.ndarray, slot_s: float, q: float, n: int) -> np.ndarray:
     return np.floor(np.arange(n + 1)[:, None] * (speed * slot_s / q)[None, :] + 1e-9).astype(np.int64)
 
 
+def _rows(G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (mode, credit) pairs in ``G`` (slots, modes): their modes and credits as columns, and each slot's
+    pair per mode. Credits are few small integers: a table over their range (np.unique sorts, 10x slower)."""
+    low = int(G.min())
+    n = int(G.max()) - low + 1
+    key = G - low + np.arange(G.shape[1]) * n
+    seen = np.zeros(G.shape[1] * n, dtype=bool)
+    seen[key] = True
+    u = np.flatnonzero(seen)
+    return (u // n)[:, None], (u % n + low)[:, None], (np.cumsum(seen) - 1)[key]
+
+
 def solve_slots(
     intensity: np.ndarray,
     power_w: np.ndarray,
@@ -133,9 +145,8 @@ def solve_slots(
     # Values are flat arrays over (mode, work left in quanta); the cell (m, 0) is "done" and stays 0,
     # so every transition that finishes reads it and adds its own finishing cost.
     r = np.arange(W)[None, :]
-    base = np.arange(M)[:, None] * W
-    e_col = energy_g[:, None]
-    # finishing inside a dwell block entered at t, for every t at once: (T, M, Rf) over work left r < Rf
+    base = np.arange(M) * W                                                            # cell (m, 0)
+    # a dwell block entered at t: its credits by each of its slots, and (finishing()) what finishing in it costs
     ts = np.arange(T)
     CF = F[ts[:, None] + np.arange(D + 1)[None, :]] - F[ts][:, None, :]              # (T, D + 1, M) credited since t
     # a run entered at t is credited one quantum less (a mode whose slot work is not whole quanta): its
@@ -145,21 +156,32 @@ def solve_slots(
     CF[:, 1:, :] -= tax[None, None, :]
     Rf = min(int(CF[:, D, :].max()) + 1, W)
     rf = np.arange(Rf)
-    jj = np.minimum((CF[:, 1:, :, None] < rf[None, None, None, :]).sum(axis=1), D - 1)   # (T, M, Rf): finishing slot
-    tix, mix = ts[:, None, None], np.arange(M)[None, :, None]
-    lo, hi = CF[tix, jj, mix], CF[tix, jj + 1, mix]
-    fb = (rf[None, None, :] - lo) / np.maximum(hi - lo, 1)
-    tj = tix + jj
-    ends = tj + fb
-    fin_all = energy_g[None, :, None] * (cum[tj] - cum[ts][:, None, None] + fb * c[tj]) + tv * ends
-    fin_all[ends > T + 1e-9] = inf
-    if masked:  # a finishing block needs its mode allowed from its entry to its finishing slot
-        fin_all[(bad[tj + 1, mix] - bad[tix, mix]) > 0] = inf
+    mix = np.arange(M)[None, :, None]
+
+    def finishing(tt: np.ndarray) -> np.ndarray:
+        """Finishing in a dwell block entered at each slot of ``tt``, per mode and work left r < Rf: (len(tt), M,
+        Rf), element by element (slots apart get the same bits); finishing slots counted a dwell slot at a time."""
+        cf = CF[tt]
+        jj = (cf[:, 1, :, None] < rf).astype(np.int64)
+        for k in range(2, D + 1):
+            jj += cf[:, k, :, None] < rf
+        np.minimum(jj, D - 1, out=jj)
+        at = np.arange(len(tt))[:, None, None] * ((D + 1) * M) + mix + jj * M
+        lo, hi = cf.take(at), cf.take(at + M)
+        fb = (rf[None, None, :] - lo) / np.maximum(hi - lo, 1)
+        tix = tt[:, None, None]
+        tj = tix + jj
+        ends = tj + fb
+        fin = energy_g[None, :, None] * (cum[tj] - cum[tt][:, None, None] + fb * c[tj]) + tv * ends
+        fin[ends > T + 1e-9] = inf
+        if masked:  # a finishing block needs its mode allowed from its entry to its finishing slot
+            fin[(bad[tj + 1, mix] - bad[tix, mix]) > 0] = inf
+        return fin
+
     block_refused = (bad[ts + D] - bad[ts]) > 0                                          # (T, M): a whole dwell block
-    fin_mask = (rf[None, None, :] <= CF[:, D, :, None]) & (rf[None, None, :] > 0)
 
     V = np.full((T + D + 1, M * W), inf)
-    V[:, base[:, 0]] = 0.0
+    V[:, base] = 0.0
     P = np.full((T + 1, W), inf) if pausable else None
     if P is not None:
         P[:, 0] = 0.0
@@ -172,71 +194,93 @@ def solve_slots(
     hi = np.minimum(W - 1, fast[T] - fast[:T] + 2)
     if running_mode is not None and not pausable:
         hi = np.minimum(hi, W - 1 - F[:T].min(axis=1) + 2 * (ts // D + 2))
-    # the index and cost arrays of a slot depend only on its modes' credits, which take few patterns
-    cont_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    block_of: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-    # per-slot numbers read once for all slots (the loop runs ~170 times a plan, 23 000 plans a 12 h year)
-    G1 = F[1:T + 1] - F[:T]
+    # The loop reads the finishing costs in the slots whose band reaches below Rf (the last ones, a
+    # quarter of a plan's): only those are computed ahead; the replay computes the others it reads.
     lo_l, hi_l = lo.tolist(), hi.tolist()
-    V3 = V.reshape(T + D + 1, M, W)
+    t0 = next((t for t, a in enumerate(lo_l) if a < Rf), T)
+    fin_late = finishing(np.arange(t0, T))
+    fin_mask = (rf[None, None, :] <= CF[t0:, D, :, None]) & (rf[None, None, :] > 0)
+    fin_early: dict[int, np.ndarray] = {}                                              # the replay's, as it reads them
+
+    def fin_at(t: int) -> np.ndarray:
+        if t < t0 and t not in fin_early:
+            fin_early[t] = finishing(np.array([t]))[0]
+        return fin_late[t - t0] if t >= t0 else fin_early[t]
+
+    # The slot loop runs ~90 times a plan on ~90 work levels, 23 000 plans a 12 h year: numpy's per-call
+    # overhead is its cost. A slot's 2 M candidates, rows :M continue (mode m held, read at row t + 1) and
+    # M: a block (entered at t, read at row t + D; candidate i reads off[i] + max(r - shift[t, i], 0) from
+    # row t + 1's start), are gathered in one call and costed in one, each element as if apart (same bits).
+    G1 = F[1:T + 1] - F[:T]                                                            # credits of slot t
+    shift = np.concatenate((G1, CF[:, D]), axis=1)                                    # (T, 2 M)
+    off = np.concatenate((base, (D - 1) * M * W + base))[:, None]
+    start = (ts[:, None] + 1) * (M * W) + off[:, 0] - shift                            # reads start + r, r >= shift
+    coef = np.repeat(np.stack((c[:T], cum[ts + D] - cum[ts]), axis=1), M, axis=1)    # c[t] x M, the block's sum x M
+    # Where r > every shift of the slot (most slots), a continue's cost factor min(r / g, 1) and a
+    # block's (r > G) are exactly 1.0, so coef x (e x 1.0) is coef x e, one number per candidate.
+    flat_cost, coef = (coef * np.concatenate((energy_g, energy_g)))[:, :, None], coef[:, :, None]
+    plain = max(Rf, int(G1.max(initial=0)) + 1)
+    # below that (a plan's last slots), the factors of each (mode, credit) that occurs, a slot picking its rows
+    mc, gc, sel_c = _rows(G1)
+    mb, gb, sel_b = _rows(CF[:, D])
+    frac = np.minimum(r / gc, 1.0)
+    row_e = np.concatenate((energy_g[mc] * frac, energy_g[mb] * (r > gb)))
+    row_f = np.where((r <= gc) & (r > 0), frac, 0.0)                                  # time value of a finish
+    sel = np.concatenate((sel_c, sel_b + len(mc)), axis=1)
+    refused2 = np.concatenate((refused[:T], block_refused), axis=1) if masked else None
+    Vf, V3 = V.reshape(-1), V.reshape(T + D + 1, M, W)                                # views of V
+    # above it each candidate reads a run of the flat values: a row of a sliding window of them (only read;
+    # np.ndarray on Vf's buffer: as_strided costs 30 times more)
+    nmax = max(int((hi - lo).max()) + 1, 1)
+    win = np.ndarray((len(Vf) - nmax + 1, nmax), Vf.dtype, Vf, 0, (Vf.itemsize,) * 2)
+    at_lo = list(start + lo[:, None])                                                 # flat index at r = a
     for t in range(T - 1, -1, -1):
         a, b = lo_l[t], hi_l[t] + 1
         if b <= a:
             continue
-        g = G1[t]
-        key = g.tobytes()
-        if key not in cont_of:
-            gc = g[:, None]
-            frac = np.minimum(r / gc, 1.0)
-            cont_of[key] = (base + np.maximum(r - gc, 0), e_col * frac, np.where((r <= gc) & (r > 0), frac, 0.0))
-        idx_c, e_c, f_c = cont_of[key]
-        cont = V[t + 1].take(idx_c[:, a:b])
-        cont += c[t] * e_c[:, a:b]
+        if a >= plain:
+            x = win[at_lo[t], :b - a]
+            x += flat_cost[t]
+        else:
+            x = Vf.take(np.maximum(start[t][:, None] + r[:, a:b], (t + 1) * M * W + off))
+            x += coef[t] * row_e[sel[t], a:b]
         if tv:
-            cont += tv * (f_c[:, a:b] + t * (f_c[:, a:b] > 0))
-        if masked:
-            cont[refused[t]] = inf
-        G = CF[t, D]
-        key = G.tobytes()
-        if key not in block_of:
-            block_of[key] = (base + np.maximum(r - G[:, None], 0), e_col * (r > G[:, None]))
-        idx_b, e_b = block_of[key]
-        block = V[t + D].take(idx_b[:, a:b])
-        block += (cum[t + D] - cum[t]) * e_b[:, a:b]
-        if masked:
-            block[block_refused[t]] = inf
+            f_c = row_f[sel_c[t], a:b]
+            x[:M] += tv * (f_c + t * (f_c > 0))
+        if refused2 is not None:
+            x[refused2[t]] = inf
         if a < Rf:
             n = min(b, Rf) - a
-            np.copyto(block[:, :n], fin_all[t][:, a:a + n], where=fin_mask[t][:, a:a + n])
-        sw = np.minimum.reduce(block, axis=0)  # not ndarray.min: its Python wrapper is 5 % of a plan
-        SW[t, a:b] = sw
-        vt = V3[t]
-        np.minimum(cont, sw[None, :], out=vt[:, a:b])
+            np.copyto(x[M:, :n], fin_late[t - t0][:, a:a + n], where=fin_mask[t - t0][:, a:a + n])
+        # np.minimum.reduce, not ndarray.min: its Python wrapper was 5 % of a plan
+        sw = np.minimum.reduce(x[M:], axis=0, out=SW[t, a:b])
+        np.minimum(x[:M], sw, out=V3[t, :, a:b])
         if P is not None:
-            sw = SW[t]
-            pt = P[t]
-            pt[: W - o] = np.minimum(P[t + 1][: W - o], sw[o:])
-            pt[W - o:] = P[t + 1][W - o:]
+            vt, pt, pn = V3[t], P[t], P[t + 1]
+            np.minimum(pn[:W - o], SW[t, o:], out=pt[:W - o])
+            pt[W - o:] = pn[W - o:]
             pt[0] = 0.0
-            np.minimum(vt, pt[None, :], out=vt)
+            np.minimum(vt, pt, out=vt)
 
-    # the replay walks slot by slot in Python: it reads these as Python numbers (the same values)
-    Fl, cl, el = F.tolist(), c.tolist(), energy_g.tolist()
+    # the replay walks slot by slot in Python: it reads these, and values (Vf.item), as Python numbers
+    Fl, cl, el, taxl = F.tolist(), c.tolist(), energy_g.tolist(), tax.tolist()
+    refused_l = refused.tolist() if masked else []
+    MW = M * W
 
     def cont_value(t: int, m: int, left: int) -> float:
-        if refused[t, m]:
+        if masked and refused_l[t][m]:
             return inf
         gm = Fl[t + 1][m] - Fl[t][m]
         if left <= gm:
             f = left / gm
-            return float(el[m] * cl[t] * f + tv * (t + f))
-        return float(el[m] * cl[t] + V[t + 1][m * W + left - gm])
+            return el[m] * cl[t] * f + tv * (t + f)
+        return el[m] * cl[t] + Vf.item((t + 1) * MW + m * W + left - gm)
 
     def block_values(t: int, left: int) -> np.ndarray:
         out = np.empty(M)
         for m in range(M):
             if left <= CF[t, D, m]:
-                out[m] = fin_all[t, m, left]
+                out[m] = fin_at(t)[m, left]
             elif block_refused[t, m]:
                 out[m] = inf
             else:
@@ -255,7 +299,7 @@ def solve_slots(
             nonlocal t, left
             for k in range(slots):
                 modes.append(m)
-                left -= Fl[t + 1][m] - Fl[t][m] - (int(tax[m]) if entered and k == 0 else 0)
+                left -= Fl[t + 1][m] - Fl[t][m] - (taxl[m] if entered and k == 0 else 0)
                 t += 1
                 if left <= 0:
                     return True
@@ -302,10 +346,11 @@ def solve_slots(
                 modes.append(WAIT)
                 t += 1
             else:
-                here = float(V[t][m * W + left])
-                if close(cont_value(t, m, left), here):
-                    if run(m, 1):
-                        break
+                here = Vf.item(t * MW + m * W + left)
+                if cont_value(t, m, left) <= here + 1e-9 * max(1.0, abs(here)):  # close(), inlined: most slots
+                    modes.append(m)  # run(m, 1), inlined: the loop's test is its stop
+                    left -= Fl[t + 1][m] - Fl[t][m]
+                    t += 1
                 elif close(float(block_values(t, left).min()), here):
                     state = "start"
                 else:
