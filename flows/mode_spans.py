@@ -1,6 +1,7 @@
 """A run's modes as spans: apply a mode's settings, announce it to the job, meter it until the next.
 
-One :class:`ModeSpans` per supervised run (:func:`flows.supervise.run_job`): ``enter(mode, reason)``
+One :class:`ModeSpans` per supervised run (:func:`flows.supervise.run_job`), filling its
+:class:`SupervisedRun` (the run record, here so that the spans and the loop share it without a circle): ``enter(mode, reason)``
 applies the mode's settings through the backend (measure-only when control was refused), tells
 the job through the mode file, and starts a metering window; ``close()`` ends it as a
 :class:`scheduler.report.ModeSpan` with its energy and carbon; ``switch`` is both.
@@ -8,10 +9,10 @@ the job through the mode file, and starts a metering window; ``close()`` ends it
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from backends.base import Backend
 from backends.errors import NoPermission
@@ -24,19 +25,45 @@ from scheduler.settings.auto_power import FINGERPRINT_ENV, GPU_MODEL_ENV, PROFIL
 from scheduler.settings.clock_plans import CLOCK_PLAN_ENV, ModePlan
 from scheduler.settings.resolve import resolve_settings
 from scheduler.policy.types import Mode
-from scheduler.report import ModeSpan, SpanSetting, joules_to_grams, settings_phrase
+from scheduler.report import ModeSpan, RunWindow, SpanSetting, joules_to_grams, settings_phrase
 from scheduler.run_spec import RunSpec
 
-if TYPE_CHECKING:  # the run record lives beside the loop that fills it
-    from flows.supervise import SupervisedRun
+__all__ = ["ModeSpans", "SupervisedRun"]
 
-__all__ = ["ModeSpans"]
+
+@dataclass
+class SupervisedRun:
+    """What the supervisor saw; filled as the run goes, so a failure keeps what was measured.
+
+    ``windows`` and ``spans`` include those of earlier flow runs of the same job (a resumed pausable
+    job); ``next_window`` is set when the run paused and the next window is for the caller to
+    schedule (see :func:`supervise`'s ``defer_pauses_over_s``).
+    """
+
+    spans: list[ModeSpan] = field(default_factory=list)
+    windows: list[RunWindow] = field(default_factory=list)
+    exit_code: int | None = None
+    tail: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    work_done_s: float = 0.0
+    next_window: datetime | None = None
+
+    @property
+    def energy_j(self) -> float:
+        return sum(s.energy_j for s in self.spans)
+
+    @property
+    def carbon_g(self) -> float:
+        return sum(s.carbon_g for s in self.spans)
 
 
 class ModeSpans:
     """Applies a mode's settings to the backend and meters each span; one per supervised run."""
 
-    def __init__(self, *, spec: RunSpec, backend: Backend, caps: Capabilities, control: bool, run: "SupervisedRun",
+    def __init__(self, *, spec: RunSpec, backend: Backend, caps: Capabilities, control: bool, run: SupervisedRun,
                  now: Callable[[], datetime], log: Callable[[str], None], reading: Reading,
                  clock_plans: Mapping[str, ModePlan] | None, power_profile: PowerProfile | None, fingerprint: str,
                  profile_dir: Path | None, channel: ModeFileChannel) -> None:

@@ -28,7 +28,7 @@ run's energy cost at the prices of its hours (``extra.cost``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -40,7 +40,7 @@ from carbon.prices import PriceReader
 from flows.cap_watch import CapWatch, cap_summary
 from flows.job.process import JobHandle
 from flows.job.mode_file import ModeFileChannel
-from flows.mode_spans import ModeSpans
+from flows.mode_spans import ModeSpans, SupervisedRun
 from flows.job.progress import progress_file_reader
 from plans.profile_store import PowerProfile
 from scheduler.loop.gate import ForecastChoice
@@ -63,35 +63,6 @@ __all__ = ["PROGRESS_ENV", "RESUME_ENV", "STOPPED_EXIT_CODES", "SupervisedRun", 
 PROGRESS_ENV = "GRIDSHIFT_PROGRESS_FILE"
 #: set to "1" when a pausable job is started again after a planned pause: resume from the checkpoint
 RESUME_ENV = "GRIDSHIFT_RESUME"
-
-
-@dataclass
-class SupervisedRun:
-    """What the supervisor saw; filled as the run goes, so a failure keeps what was measured.
-
-    ``windows`` and ``spans`` include those of earlier flow runs of the same job (a resumed pausable
-    job); ``next_window`` is set when the run paused and the next window is for the caller to
-    schedule (see :func:`supervise`'s ``defer_pauses_over_s``).
-    """
-
-    spans: list[ModeSpan] = field(default_factory=list)
-    windows: list[RunWindow] = field(default_factory=list)
-    exit_code: int | None = None
-    tail: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    reason: str = ""
-    work_done_s: float = 0.0
-    next_window: datetime | None = None
-
-    @property
-    def energy_j(self) -> float:
-        return sum(s.energy_j for s in self.spans)
-
-    @property
-    def carbon_g(self) -> float:
-        return sum(s.carbon_g for s in self.spans)
 
 
 def run_job(
