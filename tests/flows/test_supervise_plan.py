@@ -209,7 +209,10 @@ def test_a_pausable_job_runs_for_real_through_pause_and_resume(tmp_path: Path) -
     monitor = _monitor(series)
     progress_file = tmp_path / "progress"
     epochs = 12  # one epoch per poll (10 minutes at most): 2 h of work at the modelled speed
-    argv = [sys.executable, str(REPO / "examples" / "train_tiny.py"), "--epochs", str(epochs), "--epoch-pause-s", "0"]
+    # each epoch idles 0.5 s, so the job waits for the supervisor's polls and not the other way round: a
+    # job free to run all its epochs before the planned pause (as a loaded CI machine once let it) exits
+    # instead of pausing
+    argv = [sys.executable, str(REPO / "examples" / "train_tiny.py"), "--epochs", str(epochs), "--epoch-pause-s", "0.5"]
     lines: list[str] = []
     starts: list[dict[str, str]] = []
 
