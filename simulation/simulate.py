@@ -36,7 +36,7 @@ import math
 import multiprocessing
 import os
 from concurrent.futures import ALL_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
 
@@ -54,7 +54,7 @@ from scheduler.loop.gate import ForecastChoice, NightPlanner
 from simulation.sim_forecast import GridForecaster, forecast_candidates
 from simulation.sim_gate import NightRecords
 from simulation.sim_price import SimPrices
-from simulation.summary import summarise
+from simulation.summary import SimulationResult
 from simulation.strategies import (JobOutcome, TruthGrid, as_threshold_policy, best_static, gridshift_run, oracle_run,
                                    pace_modes, static_run, threshold_run)
 
@@ -64,37 +64,6 @@ _MIN_JOBS_PER_WORKER = 16  # below this a worker costs more to start than it sav
 STRATEGIES = ("baseline", "static_efficiency", "best_static", "threshold", "gridshift", "oracle")
 #: with prices: the two single-objective optima, beside the objective's own (oracle)
 OPTIMA = ("oracle_carbon", "oracle_cost")
-
-
-@dataclass
-class SimulationResult:
-    """Per-job outcomes per strategy, and what they were computed from."""
-
-    t0: datetime
-    step_s: float
-    values: np.ndarray
-    outcomes: dict[str, list[JobOutcome]]
-    modes: tuple[ModeFigures, ...]
-    forecast: str
-    clean_mode: str
-    extra: dict[str, Any] = field(default_factory=dict)
-    objective: Objective = Objective()
-
-    @property
-    def baseline(self) -> list[JobOutcome]:
-        return self.outcomes["baseline"]
-
-    @property
-    def gridshift(self) -> list[JobOutcome]:
-        return self.outcomes["gridshift"]
-
-    @property
-    def oracle(self) -> list[JobOutcome]:
-        return self.outcomes["oracle"]
-
-    def summary(self) -> dict[str, Any]:
-        """The ``--json`` object (grams, joules, seconds; energy and carbon modelled): :func:`simulation.summary.summarise`."""
-        return summarise(self)
 
 
 def resample(series: IntensitySeries, step_s: float | None = None) -> tuple[datetime, float, np.ndarray]:

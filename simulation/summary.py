@@ -12,7 +12,8 @@ tonne avoided costs between the least-cost and the least-carbon plan (:func:`pri
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -21,12 +22,13 @@ from scheduler.planner.mode_figures import DECLARED
 from scheduler.saving import two_parts
 from simulation.strategies import JobOutcome
 
-__all__ = ["Simulated", "price_summary", "summarise"]
+__all__ = ["SimulationResult", "price_summary", "summarise"]
 
 
-class Simulated(Protocol):
-    """What a summary reads of a simulation (:class:`simulation.simulate.SimulationResult` has it), so
-    this module needs nothing from the simulator that calls it."""
+@dataclass
+class SimulationResult:
+    """Per-job outcomes per strategy, and what they were computed from (:func:`simulation.simulate.simulate`
+    fills it; it lives here, beside what reads it, so the summary needs nothing from the simulator)."""
 
     t0: datetime
     step_s: float
@@ -34,11 +36,28 @@ class Simulated(Protocol):
     outcomes: dict[str, list[JobOutcome]]
     modes: tuple[ModeFigures, ...]
     forecast: str
-    extra: dict[str, Any]
-    objective: Objective
+    clean_mode: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    objective: Objective = Objective()
+
+    @property
+    def baseline(self) -> list[JobOutcome]:
+        return self.outcomes["baseline"]
+
+    @property
+    def gridshift(self) -> list[JobOutcome]:
+        return self.outcomes["gridshift"]
+
+    @property
+    def oracle(self) -> list[JobOutcome]:
+        return self.outcomes["oracle"]
+
+    def summary(self) -> dict[str, Any]:
+        """The ``--json`` object (grams, joules, seconds; energy and carbon modelled): :func:`summarise`."""
+        return summarise(self)
 
 
-def summarise(result: Simulated) -> dict[str, Any]:
+def summarise(result: SimulationResult) -> dict[str, Any]:
     """The ``--json`` object of ``result`` (grams, joules, seconds; energy and carbon modelled)."""
 
     def tot(jobs: list[JobOutcome], attr: str) -> float:
@@ -139,7 +158,7 @@ def _relative(x: float, ref: float) -> float | None:
     return (x - ref) / abs(ref) if abs(ref) > 1e-12 else None
 
 
-def price_summary(result: Simulated, strategies: dict[str, Any]) -> dict[str, Any]:
+def price_summary(result: SimulationResult, strategies: dict[str, Any]) -> dict[str, Any]:
     """The objective, each strategy against the least-cost and the least-carbon optimum, and the trade-off."""
     obj = result.objective
     cur = obj.currency
@@ -168,7 +187,7 @@ def price_summary(result: Simulated, strategies: dict[str, Any]) -> dict[str, An
             "prices_label": "real day-ahead prices; cost = modelled energy x price"}
 
 
-def _reserve_used(result: Simulated) -> dict[str, Any]:
+def _reserve_used(result: SimulationResult) -> dict[str, Any]:
     """How far into its deadline margin gridshift's job ran (s; the margin is a pace reserve or idle time)."""
     margin = float((result.extra.get("deadline_margin") or {}).get("margin_s", 0.0))
     used = [max(j.end_s - (j.deadline_s - margin), 0.0) for j in result.outcomes["gridshift"]]
