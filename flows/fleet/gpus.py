@@ -147,8 +147,11 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
     asked = False
     reconciled_at = float("-inf")
     while True:
-        ahead = [] if line is None else line.ahead()
+        # the slots first, the line second: a run booked earlier that joins the line while the slots are
+        # looked at is then seen ahead before this run asks (read the other way round, this run could
+        # find the line empty, then the slots just freed, and take them from under it)
         free = not asked or room_for(names, occupy)
+        ahead = [] if line is None else line.ahead()
         if not ahead and not free and line is not None and time.monotonic() - reconciled_at >= RECONCILE_S:
             # first in line and the slots look taken: some may be a lost lease's (a server restart), not a run's
             from flows.fleet.slots import free_lost_slots

@@ -51,6 +51,70 @@ def test_the_line_is_a_total_order_that_prefect_times_and_zones_do_not_change(bo
     assert [p.flow_run_id for p in in_utc] == [r for r, _, _ in sorted(runs, key=lambda r: (r[1], r[2], r[0]))]
 
 
+class _Stop(Exception):
+    pass
+
+
+def test_a_waiter_reads_the_line_after_the_slots_so_a_run_booked_earlier_that_joins_meanwhile_goes_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race CI met once: a waiter saw the line empty, then (a moment later) the slot free, and took it
+    from a run booked earlier that had joined in between. Reading the slots first, then the line, the
+    waiter sees that run ahead and lets it ask."""
+    import httpx
+    from contextlib import ExitStack
+
+    from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
+
+    import flows.fleet.gpus as gpus
+
+    earlier = PlaceInLine(T0, T0, "earlier")
+    seen: list[str] = []
+    asks: list[str] = []
+
+    class Line:
+        joined_ahead = False  # the run booked earlier has not come to the GPUs yet
+
+        def ahead(self) -> list[PlaceInLine]:
+            seen.append("line")
+            return [earlier] if self.joined_ahead else []
+
+        def asking(self) -> None:
+            pass
+
+        def holding(self) -> None:
+            pass
+
+        def waiting(self, ahead: int) -> None:
+            pass
+
+        announce = staticmethod(lambda _line: None)
+
+    line = Line()
+
+    def room_for(names, occupy) -> bool:
+        seen.append("slots")
+        if seen.count("slots") == 2:
+            raise _Stop
+        line.joined_ahead = True  # meanwhile the earlier run joined the line, and the overrunning run let go
+        return True
+
+    def refused(*args, **kwargs):
+        asks.append("ask")
+        request = httpx.Request("POST", "http://server/v2/concurrency_limits/increment")
+        try:
+            raise httpx.HTTPStatusError("taken", request=request, response=httpx.Response(423, request=request))
+        except httpx.HTTPStatusError as taken:
+            raise ConcurrencySlotAcquisitionError("taken") from taken
+
+    monkeypatch.setattr(gpus, "room_for", room_for)
+    monkeypatch.setattr("prefect.concurrency.sync.concurrency", refused)
+    monkeypatch.setattr(gpus, "RECONCILE_S", float("inf"))
+    with pytest.raises(_Stop), ExitStack() as stack:
+        gpus.take_slots(["gridshift-gpus-x"], 1, wait_s=60, lease_s=60, stack=stack, poll_s=0.0, line=line)
+    assert asks == ["ask"]  # its first ask only (refused): the freed slot was left to the run ahead
+    assert seen[:4] == ["line", "slots", "line", "slots"]
+
+
 def _waiting_flow(placement: dict | None = None) -> None:
     """Stands for the nightly flow: only its name and parameters reach the server."""
 
