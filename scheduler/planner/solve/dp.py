@@ -1,151 +1,27 @@
-"""The exact planner on a slot grid: dynamic programming over slots x work left x mode. Pure numpy.
+"""One solve of the exact slot planner: the dynamic programme, the replay of its values, the repair on true speeds.
 
-Time is cut into slots of ``slot_s`` with one (forecast) intensity each. In every slot the job
-either waits (before its start, or paused when it may pause) or runs in one mode for the whole slot;
-the slot in which the work runs out is used only in part. The solver minimises
-
-    carbon (g) + time_value_g_per_h x hours from slot 0 to the finish
-
-subject to: no start before slot ``first_start``; finish by the end of slot ``deadline_slots - 1``;
-every mode entered (at the start, on a switch, on resume) is held at least ``dwell_slots`` slots
-unless the work runs out first; a non-pausable job runs without a gap from its start; each resume
-adds ``resume_overhead_s`` of work.
-
-Work is counted in whole quanta of ``quantum_s`` reference seconds. A mode is credited, by the end of
-slot ``t``, the whole quanta of its exact work since slot 0 (``floor(speed x slot_s x t / quantum_s)``),
-so a run of a mode from slot ``a`` to ``b`` is credited its exact work rounded once, not once per slot:
-a plan's count is off by less than one quantum per mode run, however long the job (a per-slot round-down
-lost up to 8 % on 12 h jobs). The plan the values imply is then checked on the true speeds and
-repaired: when its slots do less work than the job needs it is solved again for more quanta, when
-they do noticeably more, for fewer (:func:`solve_slots`); the work the count was off by is returned as
-``SlotPlan.rounding``. ``tests/scheduler/test_planner_exact.py`` and ``benchmarks/simulate_exact.py``
-compare the result with exact solvers that share no code with it (``benchmarks/exact_slots.py``). The
-real finish and carbon of the chosen slots are recomputed with the true speeds.
+:func:`scheduler.planner.solve.solve_slots` calls it (twice where a weight goes below zero).
 """
 
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
-from scheduler.planner.slot_plan import WAIT, SlotPlan, earliest_start, merge_runs, true_cost
+from scheduler.planner.slot_plan import WAIT, SlotPlan, earliest_start, merge_runs
+from scheduler.planner.solve.quanta import choose_quantum, credit_rows, credits
 
-__all__ = ["choose_quantum", "solve_slots"]
+__all__ = ["solve_once"]
 
 _J_PER_KWH = 3.6e6
-#: mode runs a plan's work count is budgeted for (the count is off by under one quantum per run)
-_RUNS = 4
-#: quanta every mode gains in a slot at least: a slot's share of work is resolved to a third, and a
-#: run's first slot keeps two after its one-quantum entry tax (see solve_slots)
-_MIN_QUANTA_PER_SLOT = 3
-#: work levels at most, whatever max_rounding asks: memory and time stay bounded, and a plan that
-#: this leaves counted worse than its bound says so (RunPlan.rounding_exceeded)
-_MAX_LEVELS = 20000
 #: quanta above the job's work the values cover, so that a repair can ask for more without solving again
 _HEADROOM = 16
 #: repairs of one plan on the true speeds (each replays the values for another count of quanta)
 _REPAIRS = 6
 
 
-def choose_quantum(speeds: np.ndarray, slot_s: float, work_s: float, *, max_rounding: float = 0.01) -> float:
-    """Work quantum (reference seconds): ``_RUNS`` quanta are at most ``max_rounding`` of the work.
-
-    A plan's count is off by under one quantum per mode run (see the module docstring), so a plan
-    of up to ``_RUNS`` runs is counted within ``max_rounding``; the repair on true speeds catches
-    the rest. The number of work levels is then ``_RUNS / max_rounding`` whatever the job's length.
-    No quantum is longer than a third of the slowest mode's work in one slot, so every mode gains in
-    every slot, the first of a run too (which is credited one quantum less, see :func:`solve_slots`).
-    """
-    speeds = np.asarray(speeds, dtype=float)
-    work_s = max(work_s, 1e-9)
-    q = max(min(float(np.min(speeds)) * slot_s / _MIN_QUANTA_PER_SLOT, max_rounding * work_s / _RUNS),
-            work_s / _MAX_LEVELS)
-    # whole quanta per slot for the fastest mode: its runs are counted exactly, so a deadline that the
-    # fastest run meets is never refused for a rounding
-    fastest = float(np.max(speeds)) * slot_s
-    return fastest / math.ceil(fastest / q - 1e-9)
-
-
-def _credits(speed: np.ndarray, slot_s: float, q: float, n: int) -> np.ndarray:
-    """Quanta credited to each mode by the end of each slot counted from slot 0: shape (n + 1, modes)."""
-    return np.floor(np.arange(n + 1)[:, None] * (speed * slot_s / q)[None, :] + 1e-9).astype(np.int64)
-
-
-def _rows(G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The (mode, credit) pairs in ``G`` (slots, modes): their modes and credits as columns, and each slot's
-    pair per mode. Credits are few small integers: a table over their range (np.unique sorts, 10x slower)."""
-    low = int(G.min())
-    n = int(G.max()) - low + 1
-    key = G - low + np.arange(G.shape[1]) * n
-    seen = np.zeros(G.shape[1] * n, dtype=bool)
-    seen[key] = True
-    u = np.flatnonzero(seen)
-    return (u // n)[:, None], (u % n + low)[:, None], (np.cumsum(seen) - 1)[key]
-
-
-def solve_slots(
-    intensity: np.ndarray,
-    power_w: np.ndarray,
-    speed: np.ndarray,
-    *,
-    slot_s: float,
-    work_s: float,
-    first_start: int,
-    deadline_slots: int,
-    dwell_slots: int = 1,
-    pausable: bool = False,
-    resume_overhead_s: float = 0.0,
-    resuming: bool = False,
-    time_value_g_per_h: float = 0.0,
-    running_mode: int | None = None,
-    running_forced_slots: int = 0,
-    quantum_s: float | None = None,
-    last_start: int | None = None,
-    allowed: np.ndarray | None = None,
-) -> SlotPlan:
-    """Optimal slot schedule (see the module docstring). ``intensity`` covers at least ``deadline_slots``.
-
-    ``running_mode``: the job is running in this mode now and must hold it ``running_forced_slots``
-    more slots (its dwell). ``resuming``: the job is paused with work done, so starting again is a resume.
-    ``last_start``: no start after this slot (``first_start == last_start`` fixes the start).
-    ``allowed``: a (slots, modes) mask, False where a mode may not run in a slot (a power cap's
-    headroom there, :mod:`scheduler.planner.power_cap`); slots past its end allow every mode. A
-    running mode the mask refuses within its dwell leaves at once (the cap outranks the dwell).
-
-    Where a weight of the horizon is below zero (a price objective paid to use energy), each mode
-    entry is charged what its count's rounding could earn (see :func:`_solve`); that charge keeps
-    the solver from splitting runs to collect the rounding, but can also keep it from a plan of
-    several runs that truly is better. So both are solved, and the plan that is cheaper on the true
-    speeds is taken, its objective its true cost.
-    """
-    args = dict(slot_s=slot_s, work_s=work_s, first_start=first_start, deadline_slots=deadline_slots,
-                dwell_slots=dwell_slots, pausable=pausable, resume_overhead_s=resume_overhead_s, resuming=resuming,
-                time_value_g_per_h=time_value_g_per_h, running_mode=running_mode,
-                running_forced_slots=running_forced_slots, quantum_s=quantum_s, last_start=last_start, allowed=allowed)
-    charged = _solve(intensity, power_w, speed, charge_entries=True, **args)  # type: ignore[arg-type]
-    T = int(deadline_slots)
-    if T <= 0 or work_s <= 0 or float(np.min(intensity[:T])) >= 0:
-        return charged
-    free = _solve(intensity, power_w, speed, charge_entries=False, **args)  # type: ignore[arg-type]
-    if not (charged.feasible or free.feasible):
-        return charged
-    energy_g = np.asarray(power_w, dtype=float) * slot_s / _J_PER_KWH
-    speed = np.asarray(speed, dtype=float)
-    tv = time_value_g_per_h * slot_s / 3600.0
-    c = np.asarray(intensity[:T], dtype=float)
-
-    def true(sp: SlotPlan) -> float:
-        if not sp.feasible:
-            return math.inf
-        need = work_s + sp.resumes * resume_overhead_s * pausable
-        padded = np.concatenate((c, np.zeros(max(len(sp.modes) - T, 0))))
-        return true_cost(sp.modes, padded, energy_g, speed, slot_s=slot_s, need_s=need, tv=tv)
-
-    best = min((charged, free), key=true)
-    return SlotPlan(best.modes, True, true(best), best.resumes, best.rounding)
-
-
-def _solve(
+def solve_once(
     intensity: np.ndarray,
     power_w: np.ndarray,
     speed: np.ndarray,
@@ -166,7 +42,8 @@ def _solve(
     allowed: np.ndarray | None = None,
     charge_entries: bool = True,
 ) -> SlotPlan:
-    """:func:`solve_slots`, one solve; ``charge_entries``: charge entries below-zero weights could pay for."""
+    """:func:`scheduler.planner.solve.solve_slots`, one solve; ``charge_entries``: charge the entries that below-zero
+    weights could pay for (see the comment at ``entry_charge``)."""
     M = len(power_w)
     T = int(deadline_slots)
     D = max(int(dwell_slots), 1)
@@ -176,7 +53,7 @@ def _solve(
         return SlotPlan(np.zeros(0, dtype=int), False, math.inf, 0)
     speed = np.asarray(speed, dtype=float)
     q = quantum_s or choose_quantum(speed, slot_s, work_s)
-    F = _credits(speed, slot_s, q, T + D + 1)                                         # (T + D + 2, M)
+    F = credits(speed, slot_s, q, T + D + 1)                                         # (T + D + 2, M)
     L = int(math.ceil(work_s / q - 1e-9))
     o = int(math.ceil(resume_overhead_s / q - 1e-9)) if pausable else 0
     W = L + o + _HEADROOM + 1
@@ -296,8 +173,8 @@ def _solve(
     flat_cost, coef = (coef * np.concatenate((energy_g, energy_g)))[:, :, None], coef[:, :, None]
     plain = max(Rf, int(G1.max(initial=0)) + 1)
     # below that (a plan's last slots), the factors of each (mode, credit) that occurs, a slot picking its rows
-    mc, gc, sel_c = _rows(G1)
-    mb, gb, sel_b = _rows(CF[:, D])
+    mc, gc, sel_c = credit_rows(G1)
+    mb, gb, sel_b = credit_rows(CF[:, D])
     frac = np.minimum(r / gc, 1.0)
     row_e = np.concatenate((energy_g[mc] * frac, energy_g[mb] * (r > gb)))
     row_f = np.where((r <= gc) & (r > 0), frac, 0.0)                                  # time value of a finish
