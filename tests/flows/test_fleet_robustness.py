@@ -307,12 +307,26 @@ def test_a_server_restart_mid_run_leaks_no_gpu_and_loses_no_report(prefect_serve
             assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (site, placed)
         reports = _until("the burst trained", lambda: (lambda rs: rs if rs and all(rs) else None)(
             _trained(api, burst_runs)), 400, lambda: _explain(api, burst_runs, tmp_path))
-        ends = [_utc(r["ended_at"]) for r in reports]
-        for i, p in enumerate(placed):  # a run waited only while every site's GPU was taken (booked, or still
-            if p["queued"]:             # held by a run past its booked finish), changeover 5 s
+        # a run waited only while every site's GPU was taken: booked, or still held by a run past its booked
+        # finish (until Prefect had it finished, changeover 5 s), or promised to a run standing in line there
+        # (a queued run not yet holding its GPUs: the placer puts later runs behind it)
+        server_runs = [_run(api, r) for r in burst_runs]
+        ends = [max(_utc(r["ended_at"]), _utc(sr["end_time"])) for r, sr in zip(reports, server_runs)]
+        holds = [_utc(r["extra"]["gpus_acquired_at"]) for r in reports]
+
+        def taken(site: str, at: datetime, before: int) -> bool:
+            return any(q["site"] == site and (_utc(q["start"]) <= at < max(_utc(q["finish"]), ends[j]) + timedelta(seconds=5)
+                                              or (q["queued"] and at < holds[j]))
+                       for j, q in enumerate(placed[:before]))
+
+        for i, p in enumerate(placed):
+            if p["queued"]:
                 at = _utc(p["placed_at"])
-                assert all(any(_utc(q["start"]) <= at < max(_utc(q["finish"]), ends[j]) + timedelta(seconds=5)
-                               for j, q in enumerate(placed[:i]) if q["site"] == s) for s in sites), (i, placed, ends)
+                assert all(taken(s, at, i) for s in sites), "\n".join(
+                    [f"run {i} was queued at {at:%H:%M:%S.%f} although a site had a GPU free; the burst:"]
+                    + [f"  {j}: {q['site']} queued={q['queued']} placed {_utc(q['placed_at']):%H:%M:%S.%f} booked "
+                       f"{_utc(q['start']):%H:%M:%S.%f}-{_utc(q['finish']):%H:%M:%S.%f} GPUs held from "
+                       f"{holds[j]:%H:%M:%S.%f}, ended {ends[j]:%H:%M:%S.%f}" for j, q in enumerate(placed)])
         for site in sites:  # never two runs on a 1-GPU site at once
             spans = sorted((datetime.fromisoformat(r["extra"]["gpus_acquired_at"]), datetime.fromisoformat(r["ended_at"]))
                            for r in reports if r["extra"]["site"] == site)
