@@ -133,7 +133,8 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
 
     Asks once; while the limits answer 423 (taken), looks again every ``poll_s`` (jittered) and asks
     when they count enough slots free, for up to ``wait_s`` seconds. With a ``line`` (the run has
-    joined it), it asks only while no run stands ahead of it. Returns False
+    joined it), it asks only while no run stands ahead of it, and keeps the slots only if none stands
+    ahead once it has them (one that joined during the ask goes first: the slots go back). Returns False
     when the wait ran out; raises ConcurrencySlotAcquisitionError for anything but "taken" (e.g. a
     limit that does not exist). The slots are leased for ``lease_s`` and renewed while this process
     lives.
@@ -162,16 +163,25 @@ def take_slots(names: Sequence[str], occupy: int, *, wait_s: float, lease_s: flo
             asked = True
             if line is not None:
                 line.asking()  # counted as a holder from before the ask: a slot check meanwhile never frees its slot
+            held = ExitStack()
             try:
-                stack.enter_context(concurrency(list(names), occupy=occupy, max_retries=0, strict=True,
-                                                lease_duration=lease_s, raise_on_lease_renewal_failure=False))
-                if line is not None:
-                    line.holding()  # out of the line: the runs behind it may ask now
-                return True
+                held.enter_context(concurrency(list(names), occupy=occupy, max_retries=0, strict=True,
+                                               lease_duration=lease_s, raise_on_lease_renewal_failure=False))
             except ConcurrencySlotAcquisitionError as exc:
                 cause = exc.__cause__
                 if not (isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code == 423):
                     raise
+            else:
+                # Prefect's slot service queues an ask behind the process's others, so it may reach the server
+                # seconds after the line was read: a run booked earlier that joined meanwhile goes first, and
+                # this run gives the slots back (CI saw the later run train first)
+                ahead = [] if line is None else line.ahead()
+                if not ahead:
+                    stack.enter_context(held)
+                    if line is not None:
+                        line.holding()  # out of the line: the runs behind it may ask now
+                    return True
+                held.close()
         if line is not None:
             line.waiting(len(ahead))
         left = deadline - time.monotonic()

@@ -115,6 +115,54 @@ def test_a_waiter_reads_the_line_after_the_slots_so_a_run_booked_earlier_that_jo
     assert seen[:4] == ["line", "slots", "line", "slots"]
 
 
+def test_a_waiter_gives_the_slot_back_when_a_run_booked_earlier_joined_during_its_ask(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefect's slot service queues an ask behind the process's others, so it can reach the server after the
+    overrunning run let go and after a run booked earlier joined the line (CI saw the later run train first).
+    The waiter looks at the line again once it has the slot, gives it back, and waits behind that run."""
+    from contextlib import ExitStack, contextmanager
+
+    import flows.fleet.gpus as gpus
+
+    earlier = PlaceInLine(T0, T0, "earlier")
+    events: list[str] = []
+
+    class Line:
+        joined_ahead = False
+
+        def ahead(self) -> list[PlaceInLine]:
+            return [earlier] if self.joined_ahead else []
+
+        def asking(self) -> None:
+            events.append("asking")
+
+        def holding(self) -> None:
+            events.append("holding")
+
+        def waiting(self, ahead: int) -> None:
+            events.append(f"waiting behind {ahead}")
+
+        announce = staticmethod(lambda _line: None)
+
+    line = Line()
+
+    @contextmanager
+    def granted(*args, **kwargs):
+        events.append("granted")
+        line.joined_ahead = True  # the earlier run joined while the ask waited in Prefect's queue
+        yield
+        events.append("given back")
+
+    def room_for(names, occupy) -> bool:
+        raise _Stop  # the next poll: the test has seen what it needs
+
+    monkeypatch.setattr(gpus, "room_for", room_for)
+    monkeypatch.setattr("prefect.concurrency.sync.concurrency", granted)
+    with pytest.raises(_Stop), ExitStack() as stack:
+        gpus.take_slots(["gridshift-gpus-x"], 1, wait_s=60, lease_s=60, stack=stack, poll_s=0.0, line=line)
+    assert events == ["asking", "granted", "given back", "waiting behind 1"]
+
+
 def _waiting_flow(placement: dict | None = None) -> None:
     """Stands for the nightly flow: only its name and parameters reach the server."""
 
