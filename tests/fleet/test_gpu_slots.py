@@ -154,3 +154,65 @@ def test_a_slot_whose_lease_the_server_lost_is_freed_but_a_running_holder_keeps_
         assert client.read_global_concurrency_limit_by_name(limit).active_slots == 0
     assert said == [f"{limit}: 2 slot(s) counted taken, 1 held by running runs; freed 1 (a lease the server lost, "
                     "e.g. across a restart)"]
+
+
+def test_the_slot_check_frees_nothing_of_a_run_that_takes_its_slot_while_the_count_is_read(fleet_api,
+                                                                                         tmp_path: Path) -> None:
+    """CI, 2026-12-07: a run gave its GPU back and checked the limit; the run first in line took that
+    slot between the check's read of the holders and its read of the count, the check freed it as
+    lost, and a third run got a slot while both GPUs trained (GpusBusy)."""
+    from contextlib import ExitStack
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    from flows.fleet import slots
+    from flows.fleet.gpu_line import waiting_line
+    from flows.fleet.gpus import GPU_LEASE_S, take_slots
+
+    site = f"race-{os.getpid()}"
+    limit = gpu_limit_name(site)
+    ensure_limits({limit: 2})
+    with get_client(sync_client=True) as client, ExitStack() as stack:
+        trainer, waiter = (client.create_flow_run(flow(name="gridshift-race-test")(lambda: None), state=Running())
+                           for _ in range(2))
+        stack.enter_context(hold_gpus(site, 1, 2, lock_dir=tmp_path, flow_run_id=str(trainer.id)))
+        line = stack.enter_context(waiting_line(limit, str(waiter.id)))
+
+        class WaiterAsksAsTheCountIsRead:
+            """The real client; the waiter takes the free slot the way a run does, just before the count is read."""
+
+            def __getattr__(self, name: str):
+                return getattr(client, name)
+
+            def read_global_concurrency_limit_by_name(self, name: str):
+                assert take_slots([limit], 1, wait_s=0, lease_s=GPU_LEASE_S, stack=stack, line=line)
+                return client.read_global_concurrency_limit_by_name(name)
+
+        said: list[str] = []
+        assert slots._check_limit(WaiterAsksAsTheCountIsRead(), limit, said.append) == 0
+        assert client.read_global_concurrency_limit_by_name(limit).active_slots == 2 and said == []
+        assert slots.free_lost_slots([limit]) == 0  # looked at again, quietly: both are held
+    with get_client(sync_client=True) as client:
+        assert client.read_global_concurrency_limit_by_name(limit).active_slots == 0
+
+
+def test_one_check_of_a_limit_at_a_time_and_a_dead_checkers_mark_is_taken_over(fleet_api, monkeypatch) -> None:
+    """Two checks that found the same lost slot would free it twice (each decrements the count)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate, VariableCreate
+
+    from flows.fleet import slots
+
+    limit = gpu_limit_name(f"checks-{os.getpid()}")
+    ensure_limits({limit: 2})
+    with get_client(sync_client=True) as client:
+        client.update_global_concurrency_limit(limit, GlobalConcurrencyLimitUpdate(active_slots=1))  # a lost lease
+        client.create_variable(VariableCreate(name=f"{slots.CHECK_PREFIX}{limit}", value={"checking": True}))
+        assert slots.free_lost_slots([limit]) == 0  # another check is under way
+        assert client.read_global_concurrency_limit_by_name(limit).active_slots == 1
+        monkeypatch.setattr(slots, "CHECK_STALE_S", -60.0)  # any age: that checker died
+        assert slots.free_lost_slots([limit]) == 1
+        assert client.read_global_concurrency_limit_by_name(limit).active_slots == 0
+        assert client.read_variable_by_name(f"{slots.CHECK_PREFIX}{limit}") is None
